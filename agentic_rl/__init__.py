@@ -1,0 +1,1 @@
+"""agentic_rl: multi-turn agentic RL of language-model policies in JAX."""
