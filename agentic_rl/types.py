@@ -123,8 +123,9 @@ class Turn:
   def __post_init__(self):
     if len(self.action_tokens) != len(self.action_logp):
       raise ValueError(
-          f"action_tokens ({len(self.action_tokens)}) and action_logp "
-          f"({len(self.action_logp)}) must have the same length")
+        f"action_tokens ({len(self.action_tokens)}) and action_logp "
+        f"({len(self.action_logp)}) must have the same length"
+      )
 
   def to_dict(self) -> dict[str, Any]:
     d = dataclasses.asdict(self)
@@ -158,14 +159,14 @@ class Trajectory:
 
   def to_dict(self) -> dict[str, Any]:
     return {
-        "schema_version": TRAJECTORY_SCHEMA_VERSION,
-        "task": self.task.to_dict(),
-        "group_id": self.group_id,
-        "turns": [t.to_dict() for t in self.turns],
-        "outcome": self.outcome,
-        "termination": str(self.termination),
-        "policy_version": self.policy_version,
-        "info": self.info,
+      "schema_version": TRAJECTORY_SCHEMA_VERSION,
+      "task": self.task.to_dict(),
+      "group_id": self.group_id,
+      "turns": [t.to_dict() for t in self.turns],
+      "outcome": self.outcome,
+      "termination": str(self.termination),
+      "policy_version": self.policy_version,
+      "info": self.info,
     }
 
   @classmethod
@@ -173,16 +174,17 @@ class Trajectory:
     version = d.get("schema_version")
     if version != TRAJECTORY_SCHEMA_VERSION:
       raise ValueError(
-          f"trajectory schema_version {version!r} is not supported "
-          f"(expected {TRAJECTORY_SCHEMA_VERSION})")
+        f"trajectory schema_version {version!r} is not supported "
+        f"(expected {TRAJECTORY_SCHEMA_VERSION})"
+      )
     return cls(
-        task=Task.from_dict(d["task"]),
-        group_id=d["group_id"],
-        turns=[Turn.from_dict(t) for t in d["turns"]],
-        outcome=d["outcome"],
-        termination=Termination(d["termination"]),
-        policy_version=d["policy_version"],
-        info=d.get("info", {}),
+      task=Task.from_dict(d["task"]),
+      group_id=d["group_id"],
+      turns=[Turn.from_dict(t) for t in d["turns"]],
+      outcome=d["outcome"],
+      termination=Termination(d["termination"]),
+      policy_version=d["policy_version"],
+      info=d.get("info", {}),
     )
 
   def to_json(self) -> str:

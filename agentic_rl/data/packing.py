@@ -34,11 +34,11 @@ def dense_ids(keys: Sequence) -> np.ndarray:
 
 
 def pack(
-    trajectories: Sequence[Trajectory],
-    *,
-    length_buckets: Sequence[int] = DEFAULT_LENGTH_BUCKETS,
-    turn_buckets: Sequence[int] = DEFAULT_TURN_BUCKETS,
-    batch_size: int | None = None,
+  trajectories: Sequence[Trajectory],
+  *,
+  length_buckets: Sequence[int] = DEFAULT_LENGTH_BUCKETS,
+  turn_buckets: Sequence[int] = DEFAULT_TURN_BUCKETS,
+  batch_size: int | None = None,
 ) -> TrajectoryBatch:
   """Right-pads trajectories into a `TrajectoryBatch` of bucketed shape.
 
@@ -53,8 +53,9 @@ def pack(
   if b < n:
     raise ValueError(f"batch_size {b} is smaller than {n} trajectories")
   l = bucket(max(t.num_tokens for t in trajectories), length_buckets)
-  t_max = bucket(max(max(len(t.turns) for t in trajectories), 1),
-                 turn_buckets, "turn count")
+  t_max = bucket(
+    max(max(len(t.turns) for t in trajectories), 1), turn_buckets, "turn count"
+  )
 
   tokens = np.zeros((b, l), np.int32)
   loss_mask = np.zeros((b, l), np.float32)
@@ -83,12 +84,12 @@ def pack(
     pos = 0
     for j, turn in enumerate(traj.turns):
       o, a = len(turn.obs_tokens), len(turn.action_tokens)
-      tokens[i, pos:pos + o] = turn.obs_tokens
-      turn_id[i, pos:pos + o + a] = j
+      tokens[i, pos : pos + o] = turn.obs_tokens
+      turn_id[i, pos : pos + o + a] = j
       pos += o
-      tokens[i, pos:pos + a] = turn.action_tokens
-      logp[i, pos:pos + a] = turn.action_logp
-      loss_mask[i, pos:pos + a] = float(turn.trained)
+      tokens[i, pos : pos + a] = turn.action_tokens
+      logp[i, pos : pos + a] = turn.action_logp
+      loss_mask[i, pos : pos + a] = float(turn.trained)
       pos += a
       turn_reward[i, j] = turn.reward
       turn_mask[i, j] = 1.0
@@ -96,14 +97,14 @@ def pack(
     outcome[i] = traj.outcome
 
   return TrajectoryBatch(
-      tokens_BxL=jnp.asarray(tokens),
-      loss_mask_BxL=jnp.asarray(loss_mask),
-      turn_id_BxL=jnp.asarray(turn_id),
-      behaviour_logp_BxL=jnp.asarray(logp),
-      turn_reward_BxT=jnp.asarray(turn_reward),
-      turn_mask_BxT=jnp.asarray(turn_mask),
-      anchor_id_BxT=jnp.asarray(anchor_id),
-      process_score_BxT=jnp.asarray(process),
-      group_id_B=jnp.asarray(group_id),
-      outcome_B=jnp.asarray(outcome),
+    tokens_BxL=jnp.asarray(tokens),
+    loss_mask_BxL=jnp.asarray(loss_mask),
+    turn_id_BxL=jnp.asarray(turn_id),
+    behaviour_logp_BxL=jnp.asarray(logp),
+    turn_reward_BxT=jnp.asarray(turn_reward),
+    turn_mask_BxT=jnp.asarray(turn_mask),
+    anchor_id_BxT=jnp.asarray(anchor_id),
+    process_score_BxT=jnp.asarray(process),
+    group_id_B=jnp.asarray(group_id),
+    outcome_B=jnp.asarray(outcome),
   )
