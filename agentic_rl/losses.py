@@ -1,0 +1,433 @@
+"""Policy-gradient losses: log-probs, entropy, clipped ratio, KL, aggregation.
+
+Pure functions of arrays, jittable, no model or config objects beyond the
+frozen `PolicyLossConfig`.
+
+Alignment convention (used everywhere in the project): the logit at position
+i predicts token i+1, so `token_logp` and `token_entropy` return arrays whose
+entry t belongs to *token t* (the distribution it was drawn from). Position 0
+has no prediction and gets 0. Loss masks, behaviour log-probs and advantages
+are all aligned to the predicted token, which is how `data.packing.pack` lays
+them out: `loss_mask_BxL[b, t] == 1` iff token t was emitted by the policy.
+
+Sign convention: every loss here is minimized. Advantages are "higher is
+better".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+
+AggMode = Literal[
+  "token-mean",
+  "seq-mean-token-sum",
+  "seq-mean-token-mean",
+  "seq-mean-token-sum-norm",
+]
+AGG_MODES: tuple[str, ...] = (
+  "token-mean",
+  "seq-mean-token-sum",
+  "seq-mean-token-mean",
+  "seq-mean-token-sum-norm",
+)
+KlEstimator = Literal["k1", "k2", "k3"]
+KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
+
+
+class LossConfigError(ValueError):
+  """A loss hyper-parameter is out of range or names an unknown mode."""
+
+
+class LossShapeError(ValueError):
+  """Loss inputs do not share the same [B, L] shape."""
+
+
+def _check_same_shape(**arrays: jax.Array | None) -> None:
+  shapes = {k: tuple(v.shape) for k, v in arrays.items() if v is not None}
+  if len(set(shapes.values())) > 1:
+    raise LossShapeError(f"inputs must share one [B, L] shape, got {shapes}")
+  for k, s in shapes.items():
+    if len(s) != 2:
+      raise LossShapeError(f"{k} must be rank 2 [B, L], got shape {s}")
+
+
+# ---------------------------------------------------------------------------
+# Log-probs and entropy.
+
+
+def _shift_right(x_BxL: jax.Array) -> jax.Array:
+  """Moves predictions for token t+1 (made at t) onto index t+1; 0 at t=0."""
+  return jnp.pad(x_BxL, ((0, 0), (1, 0)))
+
+
+def token_logp(logits_BxLxV: jax.Array, tokens_BxL: jax.Array) -> jax.Array:
+  """Log-prob of each token given its prefix, aligned to the token.
+
+  out[b, t] = log softmax(logits[b, t-1])[tokens[b, t]] for t >= 1, and
+  out[b, 0] = 0. Computed in float32 whatever the logits dtype.
+  """
+  if logits_BxLxV.ndim != 3 or tokens_BxL.shape != logits_BxLxV.shape[:2]:
+    raise LossShapeError(
+      f"logits {logits_BxLxV.shape} and tokens {tokens_BxL.shape} must be "
+      "[B, L, V] and [B, L]"
+    )
+  logits_BxMxV = logits_BxLxV[:, :-1].astype(jnp.float32)
+  next_BxM = tokens_BxL[:, 1:]
+  # Gather-then-subtract avoids materializing a second [B, L, V] array.
+  picked_BxM = jnp.take_along_axis(logits_BxMxV, next_BxM[..., None], axis=-1)
+  lse_BxM = jax.nn.logsumexp(logits_BxMxV, axis=-1)
+  return _shift_right(picked_BxM[..., 0] - lse_BxM)
+
+
+def token_entropy(logits_BxLxV: jax.Array) -> jax.Array:
+  """Entropy of the distribution each token was drawn from (0 at t=0)."""
+  logits_BxMxV = logits_BxLxV[:, :-1].astype(jnp.float32)
+  logp_BxMxV = jax.nn.log_softmax(logits_BxMxV, axis=-1)
+  ent_BxM = -jnp.sum(jnp.exp(logp_BxMxV) * logp_BxMxV, axis=-1)
+  return _shift_right(ent_BxM)
+
+
+def token_logp_and_entropy(
+  logits_BxLxV: jax.Array, tokens_BxL: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+  """Both of the above from one log-softmax."""
+  if logits_BxLxV.ndim != 3 or tokens_BxL.shape != logits_BxLxV.shape[:2]:
+    raise LossShapeError(
+      f"logits {logits_BxLxV.shape} and tokens {tokens_BxL.shape} must be "
+      "[B, L, V] and [B, L]"
+    )
+  logits_BxMxV = logits_BxLxV[:, :-1].astype(jnp.float32)
+  logp_BxMxV = jax.nn.log_softmax(logits_BxMxV, axis=-1)
+  picked_BxM = jnp.take_along_axis(
+    logp_BxMxV, tokens_BxL[:, 1:, None], axis=-1
+  )[..., 0]
+  ent_BxM = -jnp.sum(jnp.exp(logp_BxMxV) * logp_BxMxV, axis=-1)
+  return _shift_right(picked_BxM), _shift_right(ent_BxM)
+
+
+# ---------------------------------------------------------------------------
+# Aggregation.
+
+
+def aggregate(
+  values_BxL: jax.Array,
+  mask_BxL: jax.Array,
+  mode: AggMode = "token-mean",
+  norm_length: int | None = None,
+) -> jax.Array:
+  """Reduces per-token values to a scalar over the masked tokens.
+
+  * `token-mean`: sum(v * m) / sum(m) over the whole batch (long sequences
+    weigh more).
+  * `seq-mean-token-sum`: per row sum(v * m), then the mean over rows.
+  * `seq-mean-token-mean`: per row mean over its tokens, then the mean over
+    rows (GRPO's original form; every sequence weighs the same).
+  * `seq-mean-token-sum-norm`: per row sum(v * m) / norm_length, then the mean
+    over rows (Dr.GRPO: a constant denominator removes the length bias).
+    `norm_length` defaults to L, the padded length.
+
+  "Rows" are the rows with at least one masked-in token, so all-padding rows
+  that `pack(batch_size=...)` adds do not dilute the mean. Empty inputs give 0
+  rather than NaN.
+  """
+  if mode not in AGG_MODES:
+    raise LossConfigError(f"unknown aggregation {mode!r}; one of {AGG_MODES}")
+  mask_BxL = mask_BxL.astype(jnp.float32)
+  masked_BxL = values_BxL * mask_BxL
+  if mode == "token-mean":
+    return jnp.sum(masked_BxL) / jnp.maximum(jnp.sum(mask_BxL), 1.0)
+  count_B = jnp.sum(mask_BxL, axis=-1)
+  row_sum_B = jnp.sum(masked_BxL, axis=-1)
+  if mode == "seq-mean-token-sum":
+    row_B = row_sum_B
+  elif mode == "seq-mean-token-mean":
+    row_B = row_sum_B / jnp.maximum(count_B, 1.0)
+  else:
+    length = values_BxL.shape[-1] if norm_length is None else norm_length
+    if length <= 0:
+      raise LossConfigError(f"norm_length must be positive, got {length}")
+    row_B = row_sum_B / length
+  valid_B = (count_B > 0).astype(jnp.float32)
+  return jnp.sum(row_B * valid_B) / jnp.maximum(jnp.sum(valid_B), 1.0)
+
+
+def masked_mean(values_BxL: jax.Array, mask_BxL: jax.Array) -> jax.Array:
+  """Token mean over the mask; 0 when the mask is empty."""
+  return aggregate(values_BxL, mask_BxL, "token-mean")
+
+
+# ---------------------------------------------------------------------------
+# KL to a reference policy.
+
+
+def kl_penalty(
+  logp_BxL: jax.Array, ref_logp_BxL: jax.Array, estimator: KlEstimator = "k3"
+) -> jax.Array:
+  """Per-token estimate of KL(pi || pi_ref) from samples of pi.
+
+  With r = ref_logp - logp (Schulman, "Approximating KL divergence", 2020):
+    k1 = -r                 unbiased, high variance, can be negative
+    k2 = r**2 / 2           biased, low variance, always >= 0
+    k3 = exp(r) - r - 1     unbiased, low variance, always >= 0
+  """
+  r_BxL = ref_logp_BxL - logp_BxL
+  if estimator == "k1":
+    return -r_BxL
+  if estimator == "k2":
+    return 0.5 * jnp.square(r_BxL)
+  if estimator == "k3":
+    return jnp.exp(r_BxL) - r_BxL - 1.0
+  raise LossConfigError(
+    f"unknown KL estimator {estimator!r}; one of {KL_ESTIMATORS}"
+  )
+
+
+# ---------------------------------------------------------------------------
+# Clipped policy-gradient objective.
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyLossConfig:
+  """Static hyper-parameters of `policy_loss` (hashable, so jit-static).
+
+  The ratio is clipped to [1 - clip_low, 1 + clip_high]; a larger clip_high
+  than clip_low is DAPO's "clip-higher". `clip_c` (> 1) enables dual clip
+  (Ye et al. 2020, "Mastering Complex Control in MOBA Games"): for negative
+  advantages the per-token loss is capped at -adv * clip_c, so a huge ratio
+  on a bad action cannot blow up the update. `kl_coef` > 0 needs reference
+  log-probs; `entropy_coef` > 0 needs entropies.
+  """
+
+  clip_low: float = 0.2
+  clip_high: float = 0.2
+  clip_c: float | None = None
+  kl_coef: float = 0.0
+  kl_estimator: KlEstimator = "k3"
+  entropy_coef: float = 0.0
+  agg: AggMode = "token-mean"
+  norm_length: int | None = None
+
+  def __post_init__(self):
+    if not 0.0 <= self.clip_low < 1.0:
+      raise LossConfigError(f"clip_low must be in [0, 1), got {self.clip_low}")
+    if self.clip_high < 0.0:
+      raise LossConfigError(f"clip_high must be >= 0, got {self.clip_high}")
+    if self.clip_c is not None and self.clip_c <= 1.0:
+      raise LossConfigError(
+        f"clip_c must be > 1 (dual clip), got {self.clip_c}"
+      )
+    if self.kl_estimator not in KL_ESTIMATORS:
+      raise LossConfigError(
+        f"unknown KL estimator {self.kl_estimator!r}; one of {KL_ESTIMATORS}"
+      )
+    if self.agg not in AGG_MODES:
+      raise LossConfigError(
+        f"unknown aggregation {self.agg!r}; one of {AGG_MODES}"
+      )
+    if self.norm_length is not None and self.norm_length <= 0:
+      raise LossConfigError(
+        f"norm_length must be positive, got {self.norm_length}"
+      )
+    if self.kl_coef < 0.0:
+      raise LossConfigError(f"kl_coef must be >= 0, got {self.kl_coef}")
+
+
+def clipped_pg_loss(
+  logp_BxL: jax.Array,
+  old_logp_BxL: jax.Array,
+  adv_BxL: jax.Array,
+  clip_low: float,
+  clip_high: float,
+  clip_c: float | None = None,
+) -> tuple[jax.Array, jax.Array]:
+  """Per-token PPO loss max(-A r, -A clip(r)) (+ dual clip); and the ratio."""
+  ratio_BxL = jnp.exp(logp_BxL - old_logp_BxL)
+  unclipped_BxL = -adv_BxL * ratio_BxL
+  clipped_BxL = -adv_BxL * jnp.clip(ratio_BxL, 1.0 - clip_low, 1.0 + clip_high)
+  loss_BxL = jnp.maximum(unclipped_BxL, clipped_BxL)
+  if clip_c is not None:
+    dual_BxL = jnp.minimum(loss_BxL, -adv_BxL * clip_c)
+    loss_BxL = jnp.where(adv_BxL < 0, dual_BxL, loss_BxL)
+  return loss_BxL, ratio_BxL
+
+
+def policy_loss(
+  logp_BxL: jax.Array,
+  old_logp_BxL: jax.Array,
+  adv_BxL: jax.Array,
+  loss_mask_BxL: jax.Array,
+  config: PolicyLossConfig,
+  *,
+  ref_logp_BxL: jax.Array | None = None,
+  entropy_BxL: jax.Array | None = None,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """Clipped PG loss + kl_coef * KL - entropy_coef * entropy, aggregated.
+
+  Every term uses `config.agg` over `loss_mask_BxL`, so a token outside the
+  mask (observation, prompt, padding) receives exactly zero gradient.
+
+  Metrics (token means over the mask unless named otherwise):
+    pg_loss, kl (the configured estimator, to the reference), approx_kl
+    (k3 estimate of KL(pi_old || pi): how far the update moved), entropy,
+    clip_frac_low (A < 0 and r < 1 - clip_low: the lower clip zeroes the
+    gradient), clip_frac_high (A > 0 and r > 1 + clip_high), dual_clip_frac
+    (A < 0 and r > clip_c), ratio_mean, ratio_max / ratio_min (over the
+    masked tokens), loss.
+  """
+  _check_same_shape(
+    logp_BxL=logp_BxL,
+    old_logp_BxL=old_logp_BxL,
+    adv_BxL=adv_BxL,
+    loss_mask_BxL=loss_mask_BxL,
+    ref_logp_BxL=ref_logp_BxL,
+    entropy_BxL=entropy_BxL,
+  )
+  if config.kl_coef > 0 and ref_logp_BxL is None:
+    raise LossConfigError("kl_coef > 0 needs ref_logp_BxL")
+  if config.entropy_coef != 0 and entropy_BxL is None:
+    raise LossConfigError("entropy_coef != 0 needs entropy_BxL")
+
+  mask_BxL = loss_mask_BxL.astype(jnp.float32)
+  on_BxL = mask_BxL > 0
+  # Masked positions may hold garbage (e.g. behaviour logp 0 at padding);
+  # zero them before exp so a huge ratio there cannot make NaN * 0.
+  logp_sg_BxL = jax.lax.stop_gradient(logp_BxL)
+  old_logp_BxL = jnp.where(on_BxL, old_logp_BxL, logp_sg_BxL)
+  adv_BxL = jnp.where(on_BxL, adv_BxL, 0.0)
+
+  def agg(v_BxL: jax.Array) -> jax.Array:
+    return aggregate(v_BxL, mask_BxL, config.agg, config.norm_length)
+
+  pg_BxL, ratio_BxL = clipped_pg_loss(
+    logp_BxL,
+    old_logp_BxL,
+    adv_BxL,
+    config.clip_low,
+    config.clip_high,
+    config.clip_c,
+  )
+  pg_loss = agg(pg_BxL)
+  loss = pg_loss
+  metrics: dict[str, jax.Array] = {"pg_loss": pg_loss}
+
+  if ref_logp_BxL is not None:
+    ref_logp_BxL = jnp.where(on_BxL, ref_logp_BxL, logp_sg_BxL)
+    kl = agg(kl_penalty(logp_BxL, ref_logp_BxL, config.kl_estimator))
+    metrics["kl"] = kl
+    if config.kl_coef > 0:
+      loss = loss + config.kl_coef * kl
+  if entropy_BxL is not None:
+    entropy = agg(entropy_BxL)
+    metrics["entropy"] = entropy
+    if config.entropy_coef != 0:
+      loss = loss - config.entropy_coef * entropy
+
+  ratio_sg_BxL = jax.lax.stop_gradient(ratio_BxL)
+  adv_sg_BxL = jax.lax.stop_gradient(adv_BxL)
+  low_BxL = (adv_sg_BxL < 0) & (ratio_sg_BxL < 1.0 - config.clip_low)
+  high_BxL = (adv_sg_BxL > 0) & (ratio_sg_BxL > 1.0 + config.clip_high)
+  metrics["clip_frac_low"] = masked_mean(low_BxL, mask_BxL)
+  metrics["clip_frac_high"] = masked_mean(high_BxL, mask_BxL)
+  if config.clip_c is not None:
+    dual_BxL = (adv_sg_BxL < 0) & (ratio_sg_BxL > config.clip_c)
+    metrics["dual_clip_frac"] = masked_mean(dual_BxL, mask_BxL)
+  # k3 of KL(pi_old || pi) from the behaviour samples: r - 1 - log r.
+  log_ratio_BxL = logp_sg_BxL - old_logp_BxL
+  metrics["approx_kl"] = masked_mean(
+    ratio_sg_BxL - 1.0 - log_ratio_BxL, mask_BxL
+  )
+  metrics["ratio_mean"] = masked_mean(ratio_sg_BxL, mask_BxL)
+  any_on = jnp.any(on_BxL)
+  metrics["ratio_max"] = jnp.where(
+    any_on, jnp.max(jnp.where(on_BxL, ratio_sg_BxL, -jnp.inf)), 1.0
+  )
+  metrics["ratio_min"] = jnp.where(
+    any_on, jnp.min(jnp.where(on_BxL, ratio_sg_BxL, jnp.inf)), 1.0
+  )
+  metrics["loss"] = loss
+  return loss, metrics
+
+
+# ---------------------------------------------------------------------------
+# Supervised and preference losses (same masks, same alignment).
+
+
+def sft_loss(
+  logp_BxL: jax.Array,
+  loss_mask_BxL: jax.Array,
+  agg: AggMode = "token-mean",
+  norm_length: int | None = None,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """Cross-entropy (negative log-likelihood) on the loss-mask tokens."""
+  _check_same_shape(logp_BxL=logp_BxL, loss_mask_BxL=loss_mask_BxL)
+  nll = aggregate(-logp_BxL, loss_mask_BxL, agg, norm_length)
+  tokens = jnp.sum(loss_mask_BxL.astype(jnp.float32))
+  token_nll = masked_mean(-logp_BxL, loss_mask_BxL)
+  return nll, {
+    "loss": nll,
+    "nll_per_token": token_nll,
+    "perplexity": jnp.exp(token_nll),
+    "tokens": tokens,
+  }
+
+
+def sequence_logp(logp_BxL: jax.Array, loss_mask_BxL: jax.Array) -> jax.Array:
+  """Sum of log-probs over each row's loss-mask tokens: log pi(response)."""
+  return jnp.sum(logp_BxL * loss_mask_BxL.astype(logp_BxL.dtype), axis=-1)
+
+
+def dpo_loss(
+  chosen_logp_B: jax.Array,
+  rejected_logp_B: jax.Array,
+  ref_chosen_logp_B: jax.Array,
+  ref_rejected_logp_B: jax.Array,
+  beta: float = 0.1,
+  label_smoothing: float = 0.0,
+  pair_mask_B: jax.Array | None = None,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """DPO (Rafailov et al. 2023) on sequence log-probs.
+
+  margin = beta * ((pi_c - ref_c) - (pi_r - ref_r));
+  loss = -(1 - eps) log sigmoid(margin) - eps log sigmoid(-margin), the
+  conservative-DPO label smoothing (eps = 0 is plain DPO). `pair_mask_B`
+  drops padding pairs from the mean.
+  """
+  if beta <= 0:
+    raise LossConfigError(f"DPO beta must be > 0, got {beta}")
+  if not 0.0 <= label_smoothing < 0.5:
+    raise LossConfigError(
+      f"label_smoothing must be in [0, 0.5), got {label_smoothing}"
+    )
+  shapes = {
+    tuple(x.shape)
+    for x in (chosen_logp_B, rejected_logp_B, ref_chosen_logp_B)
+    + (ref_rejected_logp_B,)
+  }
+  if len(shapes) != 1 or len(next(iter(shapes))) != 1:
+    raise LossShapeError(f"DPO inputs must share one [B] shape, got {shapes}")
+  if pair_mask_B is None:
+    pair_mask_B = jnp.ones_like(chosen_logp_B)
+  pair_mask_B = pair_mask_B.astype(jnp.float32)
+  chosen_reward_B = beta * (chosen_logp_B - ref_chosen_logp_B)
+  rejected_reward_B = beta * (rejected_logp_B - ref_rejected_logp_B)
+  margin_B = chosen_reward_B - rejected_reward_B
+  loss_B = -(1.0 - label_smoothing) * jax.nn.log_sigmoid(
+    margin_B
+  ) - label_smoothing * jax.nn.log_sigmoid(-margin_B)
+  n = jnp.maximum(jnp.sum(pair_mask_B), 1.0)
+
+  def mean(x_B: jax.Array) -> jax.Array:
+    return jnp.sum(x_B * pair_mask_B) / n
+
+  loss = mean(loss_B)
+  return loss, {
+    "loss": loss,
+    "reward_chosen": mean(chosen_reward_B),
+    "reward_rejected": mean(rejected_reward_B),
+    "reward_margin": mean(margin_B),
+    "reward_accuracy": mean((margin_B > 0).astype(jnp.float32)),
+  }

@@ -1,0 +1,376 @@
+"""Goldens and invariances for agentic_rl.losses."""
+
+import math
+
+import hypothesis.extra.numpy as hnp
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentic_rl import losses
+from agentic_rl.losses import PolicyLossConfig
+
+# ---------------------------------------------------------------------------
+# token_logp / entropy alignment.
+
+
+def test_token_logp_alignment_golden():
+  # Logits at position 0 give p = (1/6, 2/6, 3/6); they predict token 1.
+  row0 = [0.0, math.log(2.0), math.log(3.0)]
+  logits = jnp.asarray([[row0, [0.0, 0.0, 0.0], [5.0, 5.0, 5.0]]])
+  tokens = jnp.asarray([[1, 2, 0]])
+  logp = losses.token_logp(logits, tokens)
+  np.testing.assert_allclose(
+    logp, [[0.0, math.log(3 / 6), math.log(1 / 3)]], rtol=1e-6
+  )
+
+
+def test_token_entropy_golden():
+  row0 = [0.0, math.log(2.0), math.log(3.0)]
+  logits = jnp.asarray([[row0, [1.0, 1.0, 1.0], [0.0, 0.0, 9.0]]])
+  ent = losses.token_entropy(logits)
+  h0 = -sum(p * math.log(p) for p in (1 / 6, 2 / 6, 3 / 6))
+  np.testing.assert_allclose(ent, [[0.0, h0, math.log(3)]], rtol=1e-6)
+  logp2, ent2 = losses.token_logp_and_entropy(logits, jnp.asarray([[0, 2, 1]]))
+  np.testing.assert_allclose(ent2, ent, rtol=1e-6)
+  np.testing.assert_allclose(
+    logp2, losses.token_logp(logits, jnp.asarray([[0, 2, 1]])), rtol=1e-6
+  )
+
+
+def test_token_logp_matches_log_softmax_random():
+  key = jax.random.key(0)
+  logits = jax.random.normal(key, (2, 5, 7)) * 3
+  tokens = jax.random.randint(jax.random.key(1), (2, 5), 0, 7)
+  want = np.zeros((2, 5), np.float32)
+  ls = np.asarray(jax.nn.log_softmax(logits, -1))
+  for b in range(2):
+    for t in range(1, 5):
+      want[b, t] = ls[b, t - 1, int(tokens[b, t])]
+  np.testing.assert_allclose(losses.token_logp(logits, tokens), want, 1e-5)
+
+
+def test_token_logp_bad_shape():
+  with pytest.raises(losses.LossShapeError):
+    losses.token_logp(jnp.zeros((2, 5, 7)), jnp.zeros((2, 4), jnp.int32))
+
+
+# ---------------------------------------------------------------------------
+# Aggregation goldens.
+
+VALUES = jnp.asarray(
+  [[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 0.0, 0.0], [9.0, 9.0, 9.0, 9.0]]
+)
+MASK = jnp.asarray(
+  [[1.0, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]]
+)
+
+
+@pytest.mark.parametrize(
+  "mode,norm,want",
+  [
+    ("token-mean", None, (1 + 2 + 3 + 5) / 4),
+    ("seq-mean-token-sum", None, (6 + 5) / 2),
+    ("seq-mean-token-mean", None, (2 + 5) / 2),
+    ("seq-mean-token-sum-norm", None, (6 / 4 + 5 / 4) / 2),
+    ("seq-mean-token-sum-norm", 10, (0.6 + 0.5) / 2),
+  ],
+)
+def test_aggregate_golden(mode, norm, want):
+  # The third row is all padding: it must not count as a sequence.
+  got = losses.aggregate(VALUES, MASK, mode, norm)
+  np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("mode", losses.AGG_MODES)
+def test_aggregate_empty_mask_is_zero(mode):
+  got = losses.aggregate(VALUES, jnp.zeros_like(MASK), mode)
+  assert float(got) == 0.0
+
+
+def test_aggregate_unknown_mode():
+  with pytest.raises(losses.LossConfigError, match="unknown aggregation"):
+    losses.aggregate(VALUES, MASK, "seq-sum")
+
+
+# ---------------------------------------------------------------------------
+# Clipped objective goldens.
+
+# (advantage, ratio) -> per-token loss with clip_low=0.2, clip_high=0.28.
+CLIP_CASES = [
+  (1.0, 1.5, -1.28, 0.0),  # A>0 above 1+eps_high: clipped, no gradient
+  (1.0, 0.5, -0.5, -0.5),  # A>0 below 1-eps_low: pessimistic = unclipped
+  (-1.0, 0.5, 0.8, 0.0),  # A<0 below 1-eps_low: clipped, no gradient
+  (-1.0, 1.5, 1.5, 1.5),  # A<0 above 1+eps_high: unclipped
+  (2.0, 1.1, -2.2, -2.2),  # inside the trust region
+  (-1.0, 5.0, 5.0, 5.0),  # A<0, huge ratio: dual clip caps this one
+]
+
+
+def _clip_inputs():
+  adv = jnp.asarray([[a for a, *_ in CLIP_CASES]])
+  ratio = jnp.asarray([[r for _, r, *_ in CLIP_CASES]])
+  old = jnp.full_like(ratio, -1.0)
+  logp = old + jnp.log(ratio)
+  mask = jnp.ones_like(ratio)
+  return logp, old, adv, mask
+
+
+def test_clipped_pg_goldens_and_grads():
+  logp, old, adv, mask = _clip_inputs()
+  per_tok, ratio = losses.clipped_pg_loss(logp, old, adv, 0.2, 0.28)
+  np.testing.assert_allclose(ratio, [[r for _, r, *_ in CLIP_CASES]], 1e-5)
+  np.testing.assert_allclose(per_tok, [[c[2] for c in CLIP_CASES]], rtol=1e-5)
+  # d(per-token loss)/d logp = -A * r where unclipped, 0 where clipped.
+  grad = jax.grad(
+    lambda lp: jnp.sum(losses.clipped_pg_loss(lp, old, adv, 0.2, 0.28)[0])
+  )(logp)
+  np.testing.assert_allclose(
+    grad, [[c[3] for c in CLIP_CASES]], rtol=1e-5, atol=1e-7
+  )
+
+
+def test_dual_clip_golden():
+  logp, old, adv, _ = _clip_inputs()
+  per_tok, _ = losses.clipped_pg_loss(logp, old, adv, 0.2, 0.28, clip_c=3.0)
+  want = [c[2] for c in CLIP_CASES]
+  want[-1] = 3.0  # -A * clip_c; the other A<0 tokens are below the cap
+  np.testing.assert_allclose(per_tok, [want], rtol=1e-5)
+  grad = jax.grad(
+    lambda lp: jnp.sum(losses.clipped_pg_loss(lp, old, adv, 0.2, 0.28, 3.0)[0])
+  )(logp)
+  assert float(grad[0, -1]) == 0.0
+
+
+def test_policy_loss_clip_metrics_golden():
+  logp, old, adv, mask = _clip_inputs()
+  cfg = PolicyLossConfig(clip_low=0.2, clip_high=0.28, clip_c=3.0)
+  loss, m = losses.policy_loss(logp, old, adv, mask, cfg)
+  want = [c[2] for c in CLIP_CASES]
+  want[-1] = 3.0
+  np.testing.assert_allclose(loss, np.mean(want), rtol=1e-5)
+  np.testing.assert_allclose(m["pg_loss"], np.mean(want), rtol=1e-5)
+  np.testing.assert_allclose(m["clip_frac_high"], 1 / 6, rtol=1e-6)
+  np.testing.assert_allclose(m["clip_frac_low"], 1 / 6, rtol=1e-6)
+  np.testing.assert_allclose(m["dual_clip_frac"], 1 / 6, rtol=1e-6)
+  ratios = np.asarray([c[1] for c in CLIP_CASES])
+  np.testing.assert_allclose(m["ratio_mean"], ratios.mean(), rtol=1e-5)
+  np.testing.assert_allclose(m["ratio_max"], 5.0, rtol=1e-5)
+  np.testing.assert_allclose(m["ratio_min"], 0.5, rtol=1e-5)
+  approx = np.mean(ratios - 1 - np.log(ratios))
+  np.testing.assert_allclose(m["approx_kl"], approx, rtol=1e-5)
+
+
+# ---------------------------------------------------------------------------
+# KL estimators.
+
+
+@pytest.mark.parametrize(
+  "est,want",
+  [
+    ("k1", [1.0, -1.0, 0.0]),
+    ("k2", [0.5, 0.5, 0.0]),
+    ("k3", [math.exp(-1.0), math.e - 2.0, 0.0]),
+  ],
+)
+def test_kl_goldens(est, want):
+  logp = jnp.asarray([[-1.0, -2.0, -0.5]])
+  ref = jnp.asarray([[-2.0, -1.0, -0.5]])
+  np.testing.assert_allclose(losses.kl_penalty(logp, ref, est), [want], 1e-6)
+
+
+def test_kl_unknown_estimator():
+  with pytest.raises(losses.LossConfigError, match="k4"):
+    losses.kl_penalty(jnp.zeros((1, 2)), jnp.zeros((1, 2)), "k4")
+
+
+def test_policy_loss_with_kl_and_entropy_golden():
+  # Two tokens at ratio 1, A = (1, -1); seq-mean-token-sum over one row.
+  logp = jnp.asarray([[0.0, -1.0, -2.0]])
+  old = logp
+  adv = jnp.asarray([[0.0, 1.0, -1.0]])
+  mask = jnp.asarray([[0.0, 1.0, 1.0]])
+  ref = jnp.asarray([[0.0, -2.0, -1.0]])
+  ent = jnp.asarray([[0.0, 0.5, 1.5]])
+  cfg = PolicyLossConfig(
+    kl_coef=0.1, entropy_coef=0.01, agg="seq-mean-token-sum"
+  )
+  loss, m = losses.policy_loss(
+    logp, old, adv, mask, cfg, ref_logp_BxL=ref, entropy_BxL=ent
+  )
+  pg = -1.0 + 1.0
+  kl = math.exp(-1.0) + (math.e - 2.0)  # k3 of the two tokens, summed
+  entropy = 0.5 + 1.5
+  np.testing.assert_allclose(m["pg_loss"], pg, atol=1e-6)
+  np.testing.assert_allclose(m["kl"], kl, rtol=1e-6)
+  np.testing.assert_allclose(m["entropy"], entropy, rtol=1e-6)
+  np.testing.assert_allclose(loss, pg + 0.1 * kl - 0.01 * entropy, rtol=1e-5)
+
+
+# ---------------------------------------------------------------------------
+# Gradients never reach observation / padding tokens.
+
+
+@pytest.mark.parametrize("agg", losses.AGG_MODES)
+@pytest.mark.parametrize("kl_estimator", losses.KL_ESTIMATORS)
+def test_no_gradient_through_masked_tokens(agg, kl_estimator):
+  b, l, v = 3, 9, 11
+  k = jax.random.split(jax.random.key(7), 5)
+  logits = jax.random.normal(k[0], (b, l, v)) * 2
+  tokens = jax.random.randint(k[1], (b, l), 0, v)
+  mask = (jax.random.uniform(k[2], (b, l)) < 0.5).astype(jnp.float32)
+  mask = mask.at[:, 0].set(0.0).at[2].set(0.0)  # row 2: all padding
+  adv = jax.random.normal(k[3], (b, l))
+  # Garbage off the mask: it must neither leak gradient nor make NaN.
+  old = jnp.where(mask > 0, jax.random.normal(k[4], (b, l)) - 2.0, -1e30)
+  ref = jnp.where(mask > 0, old - 0.3, 1e30)
+  cfg = PolicyLossConfig(
+    clip_high=0.28,
+    clip_c=3.0,
+    kl_coef=0.05,
+    kl_estimator=kl_estimator,
+    entropy_coef=0.01,
+    agg=agg,
+  )
+
+  def loss_fn(lg):
+    logp, ent = losses.token_logp_and_entropy(lg, tokens)
+    return losses.policy_loss(
+      logp, old, adv, mask, cfg, ref_logp_BxL=ref, entropy_BxL=ent
+    )[0]
+
+  loss, grad = jax.value_and_grad(loss_fn)(logits)
+  assert np.isfinite(float(loss))
+  grad = np.asarray(grad)
+  assert np.all(np.isfinite(grad))
+  # The logit at position i predicts token i+1.
+  predicts_masked = np.asarray(mask[:, 1:]) == 0
+  assert np.all(grad[:, :-1][predicts_masked] == 0.0)
+  assert np.all(grad[:, -1] == 0.0)
+  assert np.any(grad[:, :-1][~predicts_masked] != 0.0)
+
+
+@settings(deadline=None, max_examples=25)
+@given(
+  garbage=hnp.arrays(np.float32, (2, 6), elements=st.floats(-1e6, 1e6)),
+  agg=st.sampled_from(losses.AGG_MODES),
+)
+def test_loss_invariant_to_masked_values(garbage, agg):
+  rng = np.random.default_rng(0)
+  logp = jnp.asarray(rng.normal(size=(2, 6)) - 1, jnp.float32)
+  old = logp + jnp.asarray(rng.normal(size=(2, 6)) * 0.1, jnp.float32)
+  adv = jnp.asarray(rng.normal(size=(2, 6)), jnp.float32)
+  ref = logp - 0.2
+  mask = jnp.asarray([[0, 1, 1, 0, 1, 0], [0, 0, 1, 1, 0, 0]], jnp.float32)
+  cfg = PolicyLossConfig(kl_coef=0.1, clip_c=3.0, agg=agg)
+  base, _ = losses.policy_loss(logp, old, adv, mask, cfg, ref_logp_BxL=ref)
+  off = mask == 0
+  g = jnp.asarray(garbage)
+  noisy, m = losses.policy_loss(
+    logp,
+    jnp.where(off, g, old),
+    jnp.where(off, g, adv),
+    mask,
+    cfg,
+    ref_logp_BxL=jnp.where(off, -g, ref),
+  )
+  np.testing.assert_allclose(noisy, base, rtol=1e-6, atol=1e-7)
+  assert all(np.isfinite(float(x)) for x in m.values())
+
+
+def test_policy_loss_jit_matches_eager():
+  logp, old, adv, mask = _clip_inputs()
+  cfg = PolicyLossConfig(clip_high=0.28, clip_c=3.0, agg="seq-mean-token-mean")
+  eager = losses.policy_loss(logp, old, adv, mask, cfg)
+  jitted = jax.jit(losses.policy_loss, static_argnums=4)(
+    logp, old, adv, mask, cfg
+  )
+  jax.tree.map(
+    lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6), eager, jitted
+  )
+
+
+# ---------------------------------------------------------------------------
+# Config and input errors.
+
+
+@pytest.mark.parametrize(
+  "kwargs,match",
+  [
+    ({"clip_c": 1.0}, "clip_c"),
+    ({"clip_low": 1.0}, "clip_low"),
+    ({"clip_high": -0.1}, "clip_high"),
+    ({"agg": "mean"}, "aggregation"),
+    ({"kl_estimator": "k9"}, "KL estimator"),
+    ({"norm_length": 0}, "norm_length"),
+    ({"kl_coef": -1.0}, "kl_coef"),
+  ],
+)
+def test_bad_config(kwargs, match):
+  with pytest.raises(losses.LossConfigError, match=match):
+    PolicyLossConfig(**kwargs)
+
+
+def test_policy_loss_missing_inputs_and_shapes():
+  x = jnp.zeros((2, 3))
+  with pytest.raises(losses.LossConfigError, match="ref_logp"):
+    losses.policy_loss(x, x, x, x, PolicyLossConfig(kl_coef=0.1))
+  with pytest.raises(losses.LossConfigError, match="entropy"):
+    losses.policy_loss(x, x, x, x, PolicyLossConfig(entropy_coef=0.1))
+  with pytest.raises(losses.LossShapeError):
+    losses.policy_loss(x, x, jnp.zeros((2, 4)), x, PolicyLossConfig())
+
+
+# ---------------------------------------------------------------------------
+# SFT and DPO.
+
+
+def test_sft_loss_golden():
+  logp = jnp.asarray([[0.0, -1.0, -2.0, -9.0], [0.0, -3.0, -5.0, -5.0]])
+  mask = jnp.asarray([[0, 1, 1, 0], [0, 1, 0, 0]], jnp.float32)
+  loss, m = losses.sft_loss(logp, mask)
+  np.testing.assert_allclose(loss, (1 + 2 + 3) / 3, rtol=1e-6)
+  np.testing.assert_allclose(m["perplexity"], math.exp(2.0), rtol=1e-6)
+  assert float(m["tokens"]) == 3.0
+  seq, _ = losses.sft_loss(logp, mask, "seq-mean-token-mean")
+  np.testing.assert_allclose(seq, (1.5 + 3) / 2, rtol=1e-6)
+
+
+def test_sequence_logp_golden():
+  logp = jnp.asarray([[0.0, -1.0, -2.0, -9.0]])
+  mask = jnp.asarray([[0, 1, 1, 0]], jnp.float32)
+  np.testing.assert_allclose(losses.sequence_logp(logp, mask), [-3.0])
+
+
+def test_dpo_golden():
+  chosen = jnp.asarray([-1.0, -4.0, 7.0])
+  rejected = jnp.asarray([-3.0, -2.0, 7.0])
+  ref_c = jnp.asarray([-2.0, -4.0, 0.0])
+  ref_r = jnp.asarray([-2.0, -2.0, 0.0])
+  pair_mask = jnp.asarray([1.0, 1.0, 0.0])  # third pair is padding
+  loss, m = losses.dpo_loss(
+    chosen, rejected, ref_c, ref_r, beta=0.5, pair_mask_B=pair_mask
+  )
+  # Pair 0: margin 0.5 * (1 - (-1)) = 1; pair 1: margin 0.
+  want = (math.log1p(math.exp(-1.0)) + math.log(2.0)) / 2
+  np.testing.assert_allclose(loss, want, rtol=1e-6)
+  np.testing.assert_allclose(m["reward_margin"], 0.5, rtol=1e-6)
+  np.testing.assert_allclose(m["reward_accuracy"], 0.5, rtol=1e-6)
+  np.testing.assert_allclose(m["reward_chosen"], 0.25, rtol=1e-6)
+  np.testing.assert_allclose(m["reward_rejected"], -0.25, rtol=1e-6)
+  smooth, _ = losses.dpo_loss(
+    chosen[:1], rejected[:1], ref_c[:1], ref_r[:1], 0.5, label_smoothing=0.1
+  )
+  want_s = 0.9 * math.log1p(math.exp(-1.0)) + 0.1 * math.log1p(math.e)
+  np.testing.assert_allclose(smooth, want_s, rtol=1e-6)
+
+
+def test_dpo_bad_inputs():
+  x = jnp.zeros((3,))
+  with pytest.raises(losses.LossConfigError, match="beta"):
+    losses.dpo_loss(x, x, x, x, beta=0.0)
+  with pytest.raises(losses.LossShapeError):
+    losses.dpo_loss(x, x, x, jnp.zeros((4,)))
