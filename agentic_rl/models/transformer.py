@@ -1,0 +1,465 @@
+"""Decoder-only transformer of the Llama / Qwen2 / Qwen3 family in Flax NNX.
+
+Dimension letters (see `agentic_rl.types`): B batch, L tokens, D d_model,
+H query heads, K kv heads, V vocab, F mlp width, S sampler slots; plus
+`Dh` for the per-head width (head_dim) and `C` for a chunk of new tokens
+appended to a KV cache.
+
+Parameter tree (path, shape, logical axes). Names follow Hugging Face's
+Llama/Qwen modules so a weight converter is a table of transposes:
+
+  embed.embedding                  VxD     (vocab, embed)
+  layers[i].attn_norm.scale        D       (embed,)
+  layers[i].attn.q_proj.kernel     DxHxDh  (embed, heads, head_dim)
+  layers[i].attn.q_proj.bias       HxDh    (heads, head_dim)   if attn_bias
+  layers[i].attn.k_proj.kernel     DxKxDh  (embed, kv_heads, head_dim)
+  layers[i].attn.k_proj.bias       KxDh                        if attn_bias
+  layers[i].attn.v_proj.kernel     DxKxDh  (embed, kv_heads, head_dim)
+  layers[i].attn.v_proj.bias       KxDh                        if attn_bias
+  layers[i].attn.o_proj.kernel     HxDhxD  (heads, head_dim, embed)
+  layers[i].attn.q_norm.scale      Dh      (head_dim,)         if qk_norm
+  layers[i].attn.k_norm.scale      Dh      (head_dim,)         if qk_norm
+  layers[i].mlp_norm.scale         D       (embed,)
+  layers[i].mlp.gate_proj.kernel   DxF     (embed, mlp)
+  layers[i].mlp.up_proj.kernel     DxF     (embed, mlp)
+  layers[i].mlp.down_proj.kernel   FxD     (mlp, embed)
+  final_norm.scale                 D       (embed,)
+  lm_head.kernel                   DxV     (embed, vocab)      if not tied
+
+From a Hugging Face state dict (torch `Linear.weight` is out x in):
+`q_proj.kernel = W.T.reshape(D, H, Dh)`, `k_proj`/`v_proj` likewise with K,
+`q_proj.bias = b.reshape(H, Dh)`, `o_proj.kernel = W.T.reshape(H, Dh, D)`,
+MLP kernels `W.T`, `lm_head.kernel = W.T`, embeddings and norm weights as
+they are (HF's Llama/Qwen RMSNorm multiplies by `weight`, not `1 + weight`).
+Rotary embeddings use HF's "rotate half" layout, so no permutation of q/k
+rows is needed.
+
+Calls:
+  * `model(tokens_BxL, positions_BxL=None) -> logits_BxLxV` (float32),
+    causal over the sequence index; positions (default 0..L-1) only feed the
+    rotary embedding.
+  * `model.forward_cached(tokens_BxC, positions_BxC, write_BxC, cache)`
+    `-> (hidden_BxCxD, cache)`: the sampler's path. Each new token's key and
+    value are written into `cache` at its own position (only where
+    `write_BxC`), and each query attends to every cache entry at a position
+    <= its own. `model.unembed(hidden)` gives logits.
+
+Parameters carry logical axis names as `out_sharding` metadata (with eager
+sharding off); `agentic_rl.sharding` maps them onto a mesh.
+"""
+
+from __future__ import annotations
+
+import math
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from agentic_rl import sharding as shd
+from agentic_rl.models.config import ModelConfig, RopeScaling
+
+_F32 = jnp.float32
+
+
+@flax.struct.dataclass
+class KVCache:
+  """Per-layer key/value caches, one tuple entry per layer.
+
+  `k[i]`, `v[i]` have shape SxLxKxDh (slots, cache length, kv heads,
+  head_dim). The cache itself holds no lengths: the caller tracks how many
+  positions of each row are valid.
+  """
+
+  k: tuple[jax.Array, ...]
+  v: tuple[jax.Array, ...]
+
+  @property
+  def num_slots(self) -> int:
+    return self.k[0].shape[0]
+
+  @property
+  def max_len(self) -> int:
+    return self.k[0].shape[1]
+
+  @property
+  def nbytes(self) -> int:
+    return sum(x.nbytes for x in self.k) + sum(x.nbytes for x in self.v)
+
+
+CACHE_AXES = (shd.BATCH, shd.LENGTH, shd.KV_HEADS, shd.HEAD_DIM)
+
+
+def init_cache(config: ModelConfig, num_slots: int, max_len: int) -> KVCache:
+  """Zero KV cache for `num_slots` rows of `max_len` positions."""
+  shape = (num_slots, max_len, config.n_kv_heads, config.head_dim)
+  zeros = lambda: jnp.zeros(shape, config.compute_dtype)
+  return KVCache(
+    k=tuple(zeros() for _ in range(config.n_layers)),
+    v=tuple(zeros() for _ in range(config.n_layers)),
+  )
+
+
+def _param(
+  rngs: nnx.Rngs,
+  shape: tuple[int, ...],
+  axes: tuple[str, ...],
+  std: float,
+  dtype: jnp.dtype,
+) -> nnx.Param:
+  value = std * jax.random.normal(rngs.params(), shape, _F32)
+  return nnx.Param(value.astype(dtype), out_sharding=axes, eager_sharding=False)
+
+
+class Dense(nnx.Module):
+  """Contracts the trailing `len(in_shape)` input dims with the kernel.
+
+  kernel: in_shape + out_shape; bias (optional): out_shape. The init is
+  normal with std 1/sqrt(fan_in).
+  """
+
+  def __init__(
+    self,
+    in_shape: tuple[int, ...],
+    out_shape: tuple[int, ...],
+    axes: tuple[str, ...],
+    *,
+    use_bias: bool,
+    config: ModelConfig,
+    rngs: nnx.Rngs,
+  ):
+    self.n_in = len(in_shape)
+    self.dtype = config.compute_dtype
+    std = 1.0 / math.sqrt(math.prod(in_shape))
+    self.kernel = _param(
+      rngs, in_shape + out_shape, axes, std, config.weight_dtype
+    )
+    if use_bias:
+      self.bias = nnx.Param(
+        jnp.zeros(out_shape, config.weight_dtype),
+        out_sharding=axes[self.n_in :],
+        eager_sharding=False,
+      )
+    else:
+      self.bias = None
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    kernel = self.kernel[...].astype(self.dtype)
+    y = jnp.tensordot(x.astype(self.dtype), kernel, axes=self.n_in)
+    if self.bias is not None:
+      y = y + self.bias[...].astype(self.dtype)
+    return y
+
+
+class RMSNorm(nnx.Module):
+  """x / rms(x) * scale, normalised in float32 like HF's Llama/Qwen."""
+
+  def __init__(self, dim: int, axis: str, config: ModelConfig):
+    self.eps = config.norm_eps
+    self.dtype = config.compute_dtype
+    self.scale = nnx.Param(
+      jnp.ones((dim,), config.weight_dtype),
+      out_sharding=(axis,),
+      eager_sharding=False,
+    )
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    x32 = x.astype(_F32)
+    var = jnp.mean(jnp.square(x32), axis=-1, keepdims=True)
+    normed = (x32 * jax.lax.rsqrt(var + self.eps)).astype(self.dtype)
+    return normed * self.scale[...].astype(self.dtype)
+
+
+def rope_inv_freq(config: ModelConfig) -> jax.Array:
+  """Inverse frequencies (Dh/2,), with Llama-3 scaling if configured."""
+  exponents = jnp.arange(0, config.head_dim, 2, dtype=_F32) / config.head_dim
+  inv_freq = 1.0 / (config.rope_theta**exponents)
+  if config.rope_scaling is not None:
+    inv_freq = _llama3_scale(inv_freq, config.rope_scaling)
+  return inv_freq
+
+
+def _llama3_scale(inv_freq: jax.Array, s: RopeScaling) -> jax.Array:
+  wavelen = 2 * math.pi / inv_freq
+  low_wavelen = s.original_max_len / s.low_freq_factor
+  high_wavelen = s.original_max_len / s.high_freq_factor
+  smooth = (s.original_max_len / wavelen - s.low_freq_factor) / (
+    s.high_freq_factor - s.low_freq_factor
+  )
+  interpolated = (1 - smooth) * inv_freq / s.factor + smooth * inv_freq
+  scaled = jnp.where(wavelen > low_wavelen, inv_freq / s.factor, inv_freq)
+  mid = (wavelen <= low_wavelen) & (wavelen >= high_wavelen)
+  return jnp.where(mid, interpolated, scaled)
+
+
+def apply_rope(
+  x_BxLxNxDh: jax.Array, positions_BxL: jax.Array, inv_freq: jax.Array
+) -> jax.Array:
+  """Rotary embedding, "rotate half" layout (first half pairs with second)."""
+  angles_BxLxR = positions_BxL[..., None].astype(_F32) * inv_freq
+  cos_BxLx1xR = jnp.cos(angles_BxLxR)[:, :, None, :]
+  sin_BxLx1xR = jnp.sin(angles_BxLxR)[:, :, None, :]
+  x32 = x_BxLxNxDh.astype(_F32)
+  x1, x2 = jnp.split(x32, 2, axis=-1)
+  out = jnp.concatenate(
+    [x1 * cos_BxLx1xR - x2 * sin_BxLx1xR, x2 * cos_BxLx1xR + x1 * sin_BxLx1xR],
+    axis=-1,
+  )
+  return out.astype(x_BxLxNxDh.dtype)
+
+
+def attend(
+  q_BxCxHxDh: jax.Array,
+  k_BxLxKxDh: jax.Array,
+  v_BxLxKxDh: jax.Array,
+  mask_BxCxL: jax.Array,
+) -> jax.Array:
+  """Grouped-query softmax attention; scores and softmax in float32."""
+  b, c, h, dh = q_BxCxHxDh.shape
+  k = k_BxLxKxDh.shape[2]
+  q_BxCxKxGxDh = q_BxCxHxDh.reshape(b, c, k, h // k, dh)
+  scores = jnp.einsum(
+    "bckgd,blkd->bkgcl",
+    q_BxCxKxGxDh,
+    k_BxLxKxDh.astype(q_BxCxHxDh.dtype),
+    preferred_element_type=_F32,
+  ) * (dh**-0.5)
+  # A finite floor, not -inf: a fully masked row (padding) stays NaN-free.
+  scores = jnp.where(mask_BxCxL[:, None, None], scores, jnp.finfo(_F32).min)
+  probs = jax.nn.softmax(scores, axis=-1).astype(q_BxCxHxDh.dtype)
+  out = jnp.einsum(
+    "bkgcl,blkd->bckgd", probs, v_BxLxKxDh.astype(q_BxCxHxDh.dtype)
+  )
+  return out.reshape(b, c, h, dh)
+
+
+class Attention(nnx.Module):
+  def __init__(self, config: ModelConfig, rngs: nnx.Rngs):
+    d, h, k, dh = (
+      config.d_model,
+      config.n_heads,
+      config.n_kv_heads,
+      config.head_dim,
+    )
+    bias = config.attn_bias
+    self.q_proj = Dense(
+      (d,), (h, dh), (shd.EMBED, shd.HEADS, shd.HEAD_DIM),
+      use_bias=bias, config=config, rngs=rngs,
+    )  # fmt: skip
+    self.k_proj = Dense(
+      (d,), (k, dh), (shd.EMBED, shd.KV_HEADS, shd.HEAD_DIM),
+      use_bias=bias, config=config, rngs=rngs,
+    )  # fmt: skip
+    self.v_proj = Dense(
+      (d,), (k, dh), (shd.EMBED, shd.KV_HEADS, shd.HEAD_DIM),
+      use_bias=bias, config=config, rngs=rngs,
+    )  # fmt: skip
+    self.o_proj = Dense(
+      (h, dh), (d,), (shd.HEADS, shd.HEAD_DIM, shd.EMBED),
+      use_bias=False, config=config, rngs=rngs,
+    )  # fmt: skip
+    if config.qk_norm:
+      self.q_norm = RMSNorm(dh, shd.HEAD_DIM, config)
+      self.k_norm = RMSNorm(dh, shd.HEAD_DIM, config)
+    else:
+      self.q_norm = self.k_norm = None
+    self.config = config
+
+  def project(
+    self, x_BxCxD: jax.Array, positions_BxC: jax.Array
+  ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """q, k (normed if qk_norm, then rotated) and v for new tokens."""
+    q = self.q_proj(x_BxCxD)
+    k = self.k_proj(x_BxCxD)
+    v = self.v_proj(x_BxCxD)
+    if self.q_norm is not None:
+      q, k = self.q_norm(q), self.k_norm(k)
+    inv_freq = rope_inv_freq(self.config)  # a constant under jit
+    q = apply_rope(q, positions_BxC, inv_freq)
+    k = apply_rope(k, positions_BxC, inv_freq)
+    q = shd.constrain(q, (shd.BATCH, shd.LENGTH, shd.HEADS, shd.HEAD_DIM))
+    k = shd.constrain(k, (shd.BATCH, shd.LENGTH, shd.KV_HEADS, shd.HEAD_DIM))
+    v = shd.constrain(v, (shd.BATCH, shd.LENGTH, shd.KV_HEADS, shd.HEAD_DIM))
+    return q, k, v
+
+  def __call__(self, x_BxLxD: jax.Array, positions_BxL: jax.Array) -> jax.Array:
+    """Causal self-attention over the sequence index."""
+    q, k, v = self.project(x_BxLxD, positions_BxL)
+    l = x_BxLxD.shape[1]
+    causal_1xLxL = jnp.tril(jnp.ones((l, l), bool))[None]
+    return self.o_proj(attend(q, k, v, causal_1xLxL))
+
+  def forward_cached(
+    self,
+    x_BxCxD: jax.Array,
+    positions_BxC: jax.Array,
+    write_BxC: jax.Array,
+    k_cache_BxLxKxDh: jax.Array,
+    v_cache_BxLxKxDh: jax.Array,
+  ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Writes new keys/values at their positions, then attends the cache."""
+    q, k, v = self.project(x_BxCxD, positions_BxC)
+    max_len = k_cache_BxLxKxDh.shape[1]
+    # Tokens that must not be written go to index max_len, which
+    # `mode="drop"` discards: no write can land out of bounds.
+    write_pos_BxC = jnp.where(write_BxC, positions_BxC, max_len)
+    rows_Bx1 = jnp.arange(x_BxCxD.shape[0])[:, None]
+    k_cache = k_cache_BxLxKxDh.at[rows_Bx1, write_pos_BxC].set(
+      k.astype(k_cache_BxLxKxDh.dtype), mode="drop"
+    )
+    v_cache = v_cache_BxLxKxDh.at[rows_Bx1, write_pos_BxC].set(
+      v.astype(v_cache_BxLxKxDh.dtype), mode="drop"
+    )
+    cache_axes = (shd.BATCH, shd.LENGTH, shd.KV_HEADS, shd.HEAD_DIM)
+    k_cache = shd.constrain(k_cache, cache_axes)
+    v_cache = shd.constrain(v_cache, cache_axes)
+    # Every position <= the query's own has been written (earlier turns or
+    # this chunk); later entries may be stale and are masked out.
+    mask_BxCxL = jnp.arange(max_len)[None, None, :] <= positions_BxC[..., None]
+    out = self.o_proj(attend(q, k_cache, v_cache, mask_BxCxL))
+    return out, k_cache, v_cache
+
+
+class MLP(nnx.Module):
+  """SwiGLU: down(silu(gate(x)) * up(x))."""
+
+  def __init__(self, config: ModelConfig, rngs: nnx.Rngs):
+    d, f = config.d_model, config.mlp_dim
+    self.gate_proj = Dense(
+      (d,), (f,), (shd.EMBED, shd.MLP),
+      use_bias=False, config=config, rngs=rngs,
+    )  # fmt: skip
+    self.up_proj = Dense(
+      (d,), (f,), (shd.EMBED, shd.MLP),
+      use_bias=False, config=config, rngs=rngs,
+    )  # fmt: skip
+    self.down_proj = Dense(
+      (f,), (d,), (shd.MLP, shd.EMBED),
+      use_bias=False, config=config, rngs=rngs,
+    )  # fmt: skip
+
+  def __call__(self, x_BxLxD: jax.Array) -> jax.Array:
+    h_BxLxF = jax.nn.silu(self.gate_proj(x_BxLxD)) * self.up_proj(x_BxLxD)
+    h_BxLxF = shd.constrain(h_BxLxF, (shd.BATCH, shd.LENGTH, shd.MLP))
+    return self.down_proj(h_BxLxF)
+
+
+class Block(nnx.Module):
+  """Pre-norm residual block: attention then MLP."""
+
+  def __init__(self, config: ModelConfig, rngs: nnx.Rngs):
+    self.attn_norm = RMSNorm(config.d_model, shd.EMBED, config)
+    self.attn = Attention(config, rngs)
+    self.mlp_norm = RMSNorm(config.d_model, shd.EMBED, config)
+    self.mlp = MLP(config, rngs)
+
+  def __call__(self, x_BxLxD: jax.Array, positions_BxL: jax.Array):
+    x_BxLxD = x_BxLxD + self.attn(self.attn_norm(x_BxLxD), positions_BxL)
+    x_BxLxD = x_BxLxD + self.mlp(self.mlp_norm(x_BxLxD))
+    return shd.constrain(x_BxLxD, (shd.BATCH, shd.LENGTH, shd.EMBED))
+
+  def forward_cached(self, x_BxCxD, positions_BxC, write_BxC, k_cache, v_cache):
+    attn_out, k_cache, v_cache = self.attn.forward_cached(
+      self.attn_norm(x_BxCxD), positions_BxC, write_BxC, k_cache, v_cache
+    )
+    x_BxCxD = x_BxCxD + attn_out
+    x_BxCxD = x_BxCxD + self.mlp(self.mlp_norm(x_BxCxD))
+    x_BxCxD = shd.constrain(x_BxCxD, (shd.BATCH, shd.LENGTH, shd.EMBED))
+    return x_BxCxD, k_cache, v_cache
+
+
+class Transformer(nnx.Module):
+  """The decoder. See the module docstring for the parameter layout."""
+
+  def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+    self.config = config
+    # std 1/sqrt(D) keeps tied logits O(1) at init, so a random model
+    # samples diverse tokens rather than a near one-hot distribution.
+    self.embed = nnx.Embed(
+      config.vocab_size,
+      config.d_model,
+      dtype=config.compute_dtype,
+      param_dtype=config.weight_dtype,
+      embedding_init=nnx.with_metadata(
+        nnx.initializers.normal(1.0 / math.sqrt(config.d_model)),
+        out_sharding=(shd.VOCAB, shd.EMBED),
+        eager_sharding=False,
+      ),
+      rngs=rngs,
+    )
+    self.layers = nnx.List(
+      [Block(config, rngs) for _ in range(config.n_layers)]
+    )
+    self.final_norm = RMSNorm(config.d_model, shd.EMBED, config)
+    if config.tie_embeddings:
+      self.lm_head = None
+    else:
+      self.lm_head = Dense(
+        (config.d_model,), (config.vocab_size,), (shd.EMBED, shd.VOCAB),
+        use_bias=False, config=config, rngs=rngs,
+      )  # fmt: skip
+
+  def embed_tokens(self, tokens_BxL: jax.Array) -> jax.Array:
+    x_BxLxD = self.embed(tokens_BxL).astype(self.config.compute_dtype)
+    return shd.constrain(x_BxLxD, (shd.BATCH, shd.LENGTH, shd.EMBED))
+
+  def unembed(self, hidden_BxLxD: jax.Array) -> jax.Array:
+    """Final norm and vocabulary projection; float32 logits."""
+    h = self.final_norm(hidden_BxLxD)
+    if self.lm_head is None:
+      table_VxD = self.embed.embedding[...].astype(h.dtype)
+      logits = jnp.einsum("...d,vd->...v", h, table_VxD,
+                          preferred_element_type=_F32)  # fmt: skip
+    else:
+      kernel_DxV = self.lm_head.kernel[...].astype(h.dtype)
+      logits = jnp.einsum("...d,dv->...v", h, kernel_DxV,
+                          preferred_element_type=_F32)  # fmt: skip
+    axes = (shd.BATCH, shd.LENGTH, shd.VOCAB)[-logits.ndim :]
+    return shd.constrain(logits.astype(_F32), axes)
+
+  def hidden(
+    self, tokens_BxL: jax.Array, positions_BxL: jax.Array | None = None
+  ) -> jax.Array:
+    """Residual stream after the last block (before the final norm)."""
+    if positions_BxL is None:
+      positions_BxL = default_positions(tokens_BxL)
+    x_BxLxD = self.embed_tokens(tokens_BxL)
+    for layer in self.layers:
+      x_BxLxD = layer(x_BxLxD, positions_BxL)
+    return x_BxLxD
+
+  def __call__(
+    self, tokens_BxL: jax.Array, positions_BxL: jax.Array | None = None
+  ) -> jax.Array:
+    """Teacher-forced forward pass: logits_BxLxV (float32)."""
+    return self.unembed(self.hidden(tokens_BxL, positions_BxL))
+
+  def forward_cached(
+    self,
+    tokens_BxC: jax.Array,
+    positions_BxC: jax.Array,
+    write_BxC: jax.Array,
+    cache: KVCache,
+  ) -> tuple[jax.Array, KVCache]:
+    """Appends a chunk to the cache; returns its hidden states and the cache.
+
+    Row b's token c is written at `positions_BxC[b, c]` iff
+    `write_BxC[b, c]`; unwritten tokens still produce (ignored) outputs.
+    """
+    x_BxCxD = self.embed_tokens(tokens_BxC)
+    new_k, new_v = [], []
+    for layer, k_cache, v_cache in zip(
+      self.layers, cache.k, cache.v, strict=True
+    ):
+      x_BxCxD, k_cache, v_cache = layer.forward_cached(
+        x_BxCxD, positions_BxC, write_BxC, k_cache, v_cache
+      )
+      new_k.append(k_cache)
+      new_v.append(v_cache)
+    return x_BxCxD, KVCache(k=tuple(new_k), v=tuple(new_v))
+
+
+def default_positions(tokens_BxL: jax.Array) -> jax.Array:
+  b, l = tokens_BxL.shape
+  return jnp.broadcast_to(jnp.arange(l, dtype=jnp.int32), (b, l))

@@ -1,0 +1,218 @@
+"""Device mesh, logical axis names and the rules that map them onto the mesh.
+
+Modules name the axes of their parameters and activations with a small
+vocabulary (`AXES`); a rules table, a tuple of `(logical, mesh_axes)` pairs,
+decides where each logical axis lives on the `(data, fsdp, tensor)` mesh.
+Training and sampling use different tables (`DEFAULT_TRAIN_RULES`,
+`DEFAULT_SAMPLE_RULES`): training shards weights over `fsdp` as well as
+`tensor`, sampling keeps weights whole across `data`/`fsdp` so a decode step
+needs no all-gather.
+
+Two safety rules make any table usable with any model on any mesh:
+a mesh axis is used at most once per array (later dimensions that ask for an
+axis already taken are replicated), and a dimension whose size is not
+divisible by its mesh axes is replicated instead of failing.
+
+Activation constraints (`constrain`) are no-ops unless a mesh and rules are
+active (`use_rules`), so the same model code runs unsharded in tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+MESH_AXES = ("data", "fsdp", "tensor")
+
+# The logical axis vocabulary used by modules.
+BATCH = "batch"
+LENGTH = "length"
+EMBED = "embed"
+HEADS = "heads"
+KV_HEADS = "kv_heads"
+HEAD_DIM = "head_dim"
+MLP = "mlp"
+VOCAB = "vocab"
+AXES = (BATCH, LENGTH, EMBED, HEADS, KV_HEADS, HEAD_DIM, MLP, VOCAB)
+
+# A rule maps a logical axis to None (replicated), one mesh axis, or a tuple
+# of mesh axes (the dimension is split over their product).
+Rules = tuple[tuple[str, str | tuple[str, ...] | None], ...]
+
+DEFAULT_TRAIN_RULES: Rules = (
+  (BATCH, ("data", "fsdp")),
+  (LENGTH, None),
+  (EMBED, "fsdp"),
+  (HEADS, "tensor"),
+  (KV_HEADS, "tensor"),
+  (HEAD_DIM, None),
+  (MLP, "tensor"),
+  (VOCAB, "tensor"),
+)
+
+DEFAULT_SAMPLE_RULES: Rules = (
+  (BATCH, ("data", "fsdp")),
+  (LENGTH, None),
+  (EMBED, None),
+  (HEADS, "tensor"),
+  (KV_HEADS, "tensor"),
+  (HEAD_DIM, None),
+  (MLP, "tensor"),
+  (VOCAB, "tensor"),
+)
+
+
+def make_mesh(
+  shape: Sequence[int] = (1, 1, 1),
+  devices: Sequence[jax.Device] | None = None,
+) -> Mesh:
+  """A `(data, fsdp, tensor)` mesh of the given shape over `devices`."""
+  shape = tuple(int(s) for s in shape)
+  if len(shape) != len(MESH_AXES) or any(s <= 0 for s in shape):
+    raise ValueError(
+      f"mesh shape must be 3 positive ints for {MESH_AXES}: {shape}"
+    )
+  devices = list(jax.devices() if devices is None else devices)
+  need = math.prod(shape)
+  if need > len(devices):
+    raise ValueError(
+      f"mesh shape {shape} needs {need} devices, only {len(devices)} available"
+    )
+  device_array = np.asarray(devices[:need], dtype=object).reshape(shape)
+  auto = (jax.sharding.AxisType.Auto,) * len(MESH_AXES)
+  return Mesh(device_array, MESH_AXES, axis_types=auto)
+
+
+def _rules_dict(rules: Rules) -> dict[str, tuple[str, ...]]:
+  table = {}
+  for logical, mesh_axes in rules:
+    if mesh_axes is None:
+      table[logical] = ()
+    elif isinstance(mesh_axes, str):
+      table[logical] = (mesh_axes,)
+    else:
+      table[logical] = tuple(mesh_axes)
+  return table
+
+
+def logical_to_spec(
+  logical_axes: Sequence[str | None],
+  rules: Rules,
+  mesh: Mesh,
+  shape: Sequence[int] | None = None,
+) -> PartitionSpec:
+  """Maps logical axis names to a `PartitionSpec` on `mesh`.
+
+  Unknown or None names are replicated; a mesh axis already used by an
+  earlier dimension, or of size 1, is skipped; with `shape`, a dimension not
+  divisible by the product of its mesh axes is replicated.
+  """
+  if shape is not None and len(shape) != len(logical_axes):
+    raise ValueError(
+      f"logical axes {tuple(logical_axes)} do not match shape {tuple(shape)}"
+    )
+  table = _rules_dict(rules)
+  used: set[str] = set()
+  spec = []
+  for i, name in enumerate(logical_axes):
+    axes = [
+      a
+      for a in table.get(name, ())
+      if name is not None
+      if a not in used and mesh.shape[a] > 1
+    ]
+    if shape is not None and axes:
+      if shape[i] % math.prod(mesh.shape[a] for a in axes):
+        axes = []
+    used.update(axes)
+    spec.append(
+      None if not axes else axes[0] if len(axes) == 1 else tuple(axes)
+    )
+  return PartitionSpec(*spec)
+
+
+def logical_sharding(
+  logical_axes: Sequence[str | None],
+  rules: Rules,
+  mesh: Mesh,
+  shape: Sequence[int] | None = None,
+) -> NamedSharding:
+  return NamedSharding(mesh, logical_to_spec(logical_axes, rules, mesh, shape))
+
+
+def _var_axes(variable: nnx.Variable) -> tuple[str | None, ...] | None:
+  axes = variable.get_metadata().get("out_sharding")
+  return None if axes is None else tuple(axes)
+
+
+def state_shardings(state: Any, mesh: Mesh, rules: Rules) -> Any:
+  """A `NamedSharding` per leaf of an `nnx.State` (or any Variable tree).
+
+  Variables carry their logical axes as `out_sharding` metadata; anything
+  without it is replicated.
+  """
+
+  def one(x):
+    if isinstance(x, nnx.Variable):
+      axes = _var_axes(x)
+      value = x.get_value()
+      if axes is None:
+        return x.replace(NamedSharding(mesh, PartitionSpec()))
+      return x.replace(logical_sharding(axes, rules, mesh, value.shape))
+    return NamedSharding(mesh, PartitionSpec())
+
+  return jax.tree.map(one, state, is_leaf=lambda x: isinstance(x, nnx.Variable))
+
+
+def shard_state(state: Any, mesh: Mesh, rules: Rules) -> Any:
+  """Places every array of `state` on `mesh` according to `rules`."""
+  return jax.device_put(state, state_shardings(state, mesh, rules))
+
+
+def shard_model(model: nnx.Module, mesh: Mesh, rules: Rules) -> nnx.Module:
+  """Moves a model's parameters onto `mesh` in place; returns the model."""
+  state = nnx.state(model)
+  nnx.update(model, shard_state(state, mesh, rules))
+  return model
+
+
+@dataclasses.dataclass
+class _Active(threading.local):
+  mesh: Mesh | None = None
+  rules: Rules = ()
+
+
+_ACTIVE = _Active()
+
+
+@contextlib.contextmanager
+def use_rules(mesh: Mesh | None, rules: Rules) -> Iterator[None]:
+  """Activates `mesh` and `rules` for `constrain` while tracing."""
+  previous = (_ACTIVE.mesh, _ACTIVE.rules)
+  _ACTIVE.mesh, _ACTIVE.rules = mesh, tuple(rules)
+  try:
+    yield
+  finally:
+    _ACTIVE.mesh, _ACTIVE.rules = previous
+
+
+def active_mesh() -> Mesh | None:
+  return _ACTIVE.mesh
+
+
+def constrain(x: jax.Array, logical_axes: Sequence[str | None]) -> jax.Array:
+  """`with_sharding_constraint` by logical names; identity with no mesh."""
+  mesh = _ACTIVE.mesh
+  if mesh is None:
+    return x
+  spec = logical_to_spec(logical_axes, _ACTIVE.rules, mesh, x.shape)
+  return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
