@@ -40,7 +40,8 @@ from typing import NamedTuple
 import numpy as np
 
 from agentic_rl.envs.base import Environment, StepResult, register
-from agentic_rl.types import FailureCode, Task
+from agentic_rl.envs.parsing import parse_tags
+from agentic_rl.types import ActionKind, FailureCode, Task
 
 MOVES = ("Up", "Down", "Left", "Right")
 MOVE_INDEX = {m.lower(): i for i, m in enumerate(MOVES)}
@@ -392,15 +393,12 @@ def parse_moves(
   text: str, names: dict[str, int], max_moves: int
 ) -> tuple[list[int], FailureCode | None, str]:
   """Moves named in the `<answer>` of `text`: (moves, failure, reason)."""
-  start = text.find("<answer>")
-  end = text.find("</answer>", start + 8)
-  if start < 0 or end < 0:
-    if "<search>" in text and "</search>" in text:
-      return [], FailureCode.UNKNOWN_TOOL, "this environment has no tools"
-    return [], FailureCode.MALFORMED_CALL, "no <answer>...</answer>"
-  words = _SEPARATORS.split(text[start + 8 : end].strip())
-  if words == [""]:
-    return [], FailureCode.BAD_ARGUMENTS, "empty answer"
+  action = parse_tags(text)
+  if action.kind is ActionKind.MALFORMED:
+    return [], FailureCode.MALFORMED_CALL, action.error
+  if action.kind is ActionKind.TOOL_CALL:
+    return [], FailureCode.UNKNOWN_TOOL, "this environment has no tools"
+  words = _SEPARATORS.split(action.text.strip())
   if len(words) > max_moves:
     return [], FailureCode.BAD_ARGUMENTS, f"more than {max_moves} moves"
   moves = []

@@ -1,0 +1,197 @@
+"""Any reasoning-gym task family as a single- or multi-attempt environment.
+
+`make("reasoning_gym", family="chain_sum")` poses one question of that
+reasoning-gym dataset; the policy answers in `<answer>..</answer>` and the
+dataset's own `score_answer` is the verifier. With `max_attempts > 1` a wrong
+answer gets "Incorrect, try again." and the policy answers again.
+
+Tasks: one item of the dataset built with `seed` and `size=1`. Difficulty is
+the family's curriculum level where the family has a curriculum (every
+curriculum attribute set to `min(difficulty, its top level)`, each range
+attribute spanning its levels 0..level, reasoning-gym's inclusive mode); for
+families without a curriculum difficulty is recorded but ignored. `config`
+overrides are passed on to the dataset config (after the curriculum).
+
+A task's payload keeps (family, seed, level, overrides), from which reset
+rebuilds the exact item (reasoning-gym items are a pure function of their
+config), plus the question and answer text for inspection.
+
+Reward components: `score`, the verifier's score of the answer that ends the
+episode (a correct answer, or the last attempt); earlier wrong attempts get 0
+and their own score in `info["score"]`. A malformed or tool-call turn uses
+up an attempt.
+
+Every family in `OFFLINE_FAMILIES` is tested to build, verify its own answer
+and never touch the network; most others work too (procedural generators
+with data bundled in the package).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from reasoning_gym import factory
+
+from agentic_rl.envs.base import Environment, StepResult, register
+from agentic_rl.envs.parsing import parse_tags
+from agentic_rl.types import ActionKind, FailureCode, Task
+
+OFFLINE_FAMILIES = (
+  "basic_arithmetic",
+  "chain_sum",
+  "leg_counting",
+  "base_conversion",
+  "count_bits",
+  "fraction_simplification",
+  "gcd",
+  "lcm",
+  "letter_counting",
+  "number_sorting",
+  "prime_factorization",
+  "simple_equations",
+  "spell_backward",
+  "maze",
+  "mini_sudoku",
+)
+
+
+def build_item(
+  family: str, seed: int, level: int, overrides: dict[str, Any]
+) -> tuple[Any, dict[str, Any]]:
+  """The dataset and its single item for (family, seed, curriculum level)."""
+  if family not in factory.DATASETS:
+    raise ValueError(f"unknown reasoning-gym family {family!r}")
+  dataset_cls, config_cls = factory.DATASETS[family]
+  base = {**overrides, "seed": seed, "size": 1}
+  if factory.has_curriculum(family):
+    curriculum = factory.create_curriculum(family)
+    curriculum.set_global_level(level)
+    config = curriculum.generate_configuration(base)
+    # Overrides win over the curriculum's choice for the same field.
+    config = dataclasses.replace(config, **base)
+  else:
+    config = config_cls(**base)
+  if hasattr(config, "validate"):
+    config.validate()
+  dataset = dataset_cls(config=config)
+  return dataset, dataset[0]
+
+
+def _text(value: Any) -> str:
+  return value if isinstance(value, str) else str(value)
+
+
+@register("reasoning_gym")
+class ReasoningGym(Environment):
+  """One reasoning-gym question, answered in up to `max_attempts` turns."""
+
+  name = "reasoning_gym"
+
+  def __init__(
+    self,
+    family: str = "basic_arithmetic",
+    max_attempts: int = 1,
+    config: dict[str, Any] | None = None,
+  ):
+    if family not in factory.DATASETS:
+      raise ValueError(
+        f"unknown reasoning-gym family {family!r}; "
+        f"known: {sorted(factory.DATASETS)}"
+      )
+    if max_attempts < 1:
+      raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+    self.family = family
+    self.max_attempts = max_attempts
+    self.overrides = dict(config or {})
+    self.done = True
+
+  def generate_task(self, seed: int, difficulty: int = 0) -> Task:
+    _, item = build_item(self.family, seed, difficulty, self.overrides)
+    return Task(
+      id=f"reasoning_gym/{self.family}/d{difficulty}/s{seed}",
+      family=self.name,
+      difficulty=difficulty,
+      seed=seed,
+      tags=(self.family,),
+      payload={
+        "family": self.family,
+        "seed": seed,
+        "level": difficulty,
+        "overrides": self.overrides,
+        "question": _text(item["question"]),
+        "answer": _text(item["answer"]),
+      },
+    )
+
+  def reset(self, task: Task, seed: int = 0) -> str:
+    del seed  # the item is fixed by the task; answers are verified exactly
+    p = task.payload
+    self.dataset, self.item = build_item(
+      p["family"], p["seed"], p["level"], p["overrides"]
+    )
+    self.attempt = 0
+    self.done = False
+    return _text(self.item["question"])
+
+  def expert_actions(self, task: Task) -> list[str]:
+    """The dataset's own ground-truth answer, in one turn."""
+    p = task.payload
+    _, item = build_item(p["family"], p["seed"], p["level"], p["overrides"])
+    return [f"<answer>{_text(item['answer'])}</answer>"]
+
+  def score(self, answer: str) -> float:
+    """The dataset's verifier; a verifier crash scores 0, never raises."""
+    try:
+      return float(self.dataset.score_answer(answer, self.item))
+    except Exception:  # noqa: BLE001 - the contract is "never raises"
+      return 0.0
+
+  def step(self, action_text: str) -> StepResult:
+    key = f"attempt:{self.attempt}"
+    if self.done:
+      return StepResult(
+        "The episode is over.",
+        {},
+        True,
+        FailureCode.BUDGET_EXHAUSTED,
+        key,
+        {"reason": "episode is over"},
+      )
+    self.attempt += 1
+    last = self.attempt >= self.max_attempts
+    action = parse_tags(action_text)
+    if action.kind is not ActionKind.ANSWER:
+      failure = (
+        FailureCode.UNKNOWN_TOOL
+        if action.kind is ActionKind.TOOL_CALL
+        else FailureCode.MALFORMED_CALL
+      )
+      reason = action.error or "this environment has no tools"
+      self.done = last
+      retry = "" if last else " Try again."
+      return StepResult(
+        f"Invalid action ({reason}). Answer in <answer>...</answer>.{retry}",
+        {"score": 0.0},
+        self.done,
+        failure,
+        key,
+        {"reason": reason, "score": 0.0},
+      )
+    score = self.score(action.text)
+    correct = score >= 1.0
+    self.done = correct or last
+    if correct:
+      observation = "Correct."
+    elif last:
+      observation = "Incorrect."
+    else:
+      observation = "Incorrect, try again."
+    return StepResult(
+      observation,
+      {"score": score if self.done else 0.0},
+      self.done,
+      None,
+      key,
+      {"score": score, "correct": correct, "attempt": self.attempt},
+    )
