@@ -1,7 +1,8 @@
 """FrozenLake with gymnasium FrozenLake-v1's exact transition model.
 
 The agent walks from S to G on a grid of frozen (F) cells and holes (H).
-Holes and the goal end the episode; reaching G pays 1. In the slippery
+Holes and the goal end the episode; reaching G pays 1 (reward component
+`success`, 0 on every other step). In the slippery
 variant a move goes the intended way with probability 1/3 and to each of the
 two perpendicular directions with (1 - 1/3) / 2, computed as gymnasium does
 so that `transition_model()` equals `gymnasium.make("FrozenLake-v1",
@@ -254,7 +255,7 @@ class FrozenLake(Environment):
       self.done = self.steps >= self.max_steps
       return StepResult(
         f"Invalid action ({reason}).\n" + self._frames[self.s],
-        {"goal": 0.0},
+        {"success": 0.0},
         self.done,
         failure,
         key,
@@ -275,7 +276,12 @@ class FrozenLake(Environment):
       if terminated or self.steps >= self.max_steps:
         break
     self.done = terminated or self.steps >= self.max_steps
-    info: dict[str, Any] = {"path": path, "goal": reward == 1}
+    info: dict[str, Any] = {"path": path}
     return StepResult(
-      self._frames[self.s], {"goal": float(reward)}, self.done, None, key, info
+      self._frames[self.s],
+      {"success": float(reward)},
+      self.done,
+      None,
+      key,
+      info,
     )

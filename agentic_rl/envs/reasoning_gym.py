@@ -16,9 +16,10 @@ A task's payload keeps (family, seed, level, overrides), from which reset
 rebuilds the exact item (reasoning-gym items are a pure function of their
 config), plus the question and answer text for inspection.
 
-Reward components: `score`, the verifier's score of the answer that ends the
-episode (a correct answer, or the last attempt); earlier wrong attempts get 0
-and their own score in `info["score"]`. A malformed or tool-call turn uses
+Reward components: `success`, the verifier's score of the answer that ends
+the episode (a correct answer, or the last attempt; the reward stack's default
+outcome key); earlier wrong attempts get 0 and their own score in
+`info["score"]`. A malformed or tool-call turn uses
 up an attempt.
 
 Every family in `OFFLINE_FAMILIES` is tested to build, verify its own answer
@@ -172,7 +173,7 @@ class ReasoningGym(Environment):
       retry = "" if last else " Try again."
       return StepResult(
         f"Invalid action ({reason}). Answer in <answer>...</answer>.{retry}",
-        {"score": 0.0},
+        {"success": 0.0},
         self.done,
         failure,
         key,
@@ -189,7 +190,7 @@ class ReasoningGym(Environment):
       observation = "Incorrect, try again."
     return StepResult(
       observation,
-      {"score": score if self.done else 0.0},
+      {"success": score if self.done else 0.0},
       self.done,
       None,
       key,
