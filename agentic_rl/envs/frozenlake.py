@@ -21,6 +21,7 @@ gymnasium's environment reset with that seed.
 from __future__ import annotations
 
 import collections
+import functools
 from typing import Any
 
 import numpy as np
@@ -149,6 +150,21 @@ def expert_policy(task: Task) -> list[int]:
   return [int(a) for a in value_iteration(model)[1]]
 
 
+@functools.lru_cache(maxsize=1024)
+def _compile(
+  rows: tuple[str, ...], slippery: bool
+) -> tuple[dict[tuple[int, int], tuple[list[float], list]], list[str]]:
+  """Per (state, action): cumulative probabilities and outcomes, so a step
+  is one uniform draw and a short scan; and every state's rendering."""
+  model = transition_model(list(rows), slippery)
+  table = {
+    (s, a): (np.cumsum([o[0] for o in outs]).tolist(), outs)
+    for s, by_action in model.items()
+    for a, outs in by_action.items()
+  }
+  return table, [render(list(rows), s) for s in range(len(model))]
+
+
 def render(rows: list[str], s: int) -> str:
   r, c = divmod(s, len(rows[0]))
   out = list(rows)
@@ -195,15 +211,9 @@ class FrozenLake(Environment):
 
   def reset(self, task: Task, seed: int = 0) -> str:
     self.rows = list(task.payload["rows"])
-    self.model = transition_model(self.rows, task.payload["slippery"])
-    # Per (state, action): cumulative probabilities and outcomes, so a step
-    # is one uniform draw and a short scan.
-    self._table = {
-      (s, a): (np.cumsum([o[0] for o in outs]).tolist(), outs)
-      for s, by_action in self.model.items()
-      for a, outs in by_action.items()
-    }
-    self._frames = [render(self.rows, s) for s in range(len(self.model))]
+    # The task fixes its own variant; `self.slippery` only shapes new tasks.
+    self.task_slippery = bool(task.payload["slippery"])
+    self._table, self._frames = _compile(tuple(self.rows), self.task_slippery)
     self.rng = np.random.default_rng(seed)
     self.rng.random()  # gymnasium's draw of the (point-mass) start state
     self.s = "".join(self.rows).index("S")
@@ -219,7 +229,7 @@ class FrozenLake(Environment):
 
   def transition_model(self) -> TransitionModel:
     """P[s][a] = [(prob, next_s, reward, done), ...] as gymnasium builds it."""
-    return self.model
+    return transition_model(self.rows, self.task_slippery)
 
   def state_key(self, s: int | None = None) -> str:
     return f"s{self.s if s is None else s}"
