@@ -14,9 +14,9 @@ from agentic_rl.types import Task
 # Phrases a pool-generated out-of-scope task asks the policy to answer with.
 # Matching is case- and whitespace-insensitive substring search.
 DEFAULT_REFUSAL_PHRASES = (
-  "i cannot help with that",
-  "i can't help with that",
-  "this request is out of scope",
+  "I cannot help with that",
+  "I can't help with that",
+  "This request is out of scope",
 )
 
 # Tags whose tasks expect a refusal rather than an attempt.
