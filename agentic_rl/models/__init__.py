@@ -50,3 +50,10 @@ __all__ = [
   "get_preset",
   "init_cache",
 ]
+
+# Hugging Face loading and the environment tokenizer (imported last: hf.py
+# imports this package's config and transformer modules).
+from agentic_rl.models.hf import load_pretrained, load_tokenizer  # noqa: E402
+from agentic_rl.models.tokenizer import build_env_tokenizer  # noqa: E402
+
+__all__ += ["build_env_tokenizer", "load_pretrained", "load_tokenizer"]
