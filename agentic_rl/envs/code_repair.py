@@ -1,0 +1,872 @@
+"""`code_repair`: fix an injected bug in a small generated Python project.
+
+A task is a few procedurally generated functions (arithmetic helpers, string
+utilities, list processing) split over one or more modules, with generated
+unit tests, and exactly one injected bug (off-by-one, wrong operator, swapped
+arguments, wrong constant, dropped step). Difficulty adds functions and
+modules and, from difficulty 1, allows the subtler bug kinds; from
+difficulty 2 only subtle bugs are drawn. Every bug is checked on the host to
+break at least one generated test, so every task is solvable and needed.
+
+Tools (JSON `tool_call` protocol), all acting inside a per-episode `Sandbox`:
+
+* ``search_code(pattern)``: literal substring search over the project (no
+  regex, so a policy cannot stall the host with catastrophic backtracking);
+* ``read_file(path)``: a file with line numbers;
+* ``edit_file(path, old, new)``: replace the one exact occurrence of `old`
+  in a module file; test files are read-only (FORBIDDEN);
+* ``run_tests()``: runs the canonical tests in the sandbox (test files are
+  rewritten from the task first, so edits to them can never count).
+
+Rewards: the verifier is a fresh canonical test run on ``<answer>..``
+(conventionally ``<answer>done</answer>``): ``success`` is 1 iff every test
+passes, and the episode ends. With ``finish_on_pass=True`` a ``run_tests``
+call that passes everything also ends the episode with ``success`` 1. The
+process signal ``progress`` is the rise of the best pass count so far, as a
+fraction of all tests, on the ``run_tests`` call that achieved it (so an
+episode's progress sums to at most the fraction of initially failing tests).
+
+`state_key` hashes the module files' contents: two trajectories that reached
+the same code share a key, however they got there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import random
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from agentic_rl.envs.base import StepResult, Tool, register
+from agentic_rl.envs.parsing import format_tool_call
+from agentic_rl.envs.sandbox import Sandbox
+from agentic_rl.envs.tool_env import AnswerResult, ToolEnvironment
+from agentic_rl.envs.tools import ForbiddenError, ToolFailure, ToolOutcome
+from agentic_rl.types import Action, FailureCode, Task
+
+# ---------------------------------------------------------------------------
+# Function templates. Generated code is data (PEP 8, 4 spaces), not ours.
+
+
+@dataclasses.dataclass(frozen=True)
+class _Bug:
+  kind: str
+  old: str  # fragment of the correct source
+  new: str  # what it becomes
+  subtle: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class _Function:
+  name: str
+  category: str
+  source: str
+  cases: tuple[tuple[Any, ...], ...]  # argument tuples
+  bugs: tuple[_Bug, ...]
+
+
+def _pick_name(rng: random.Random, names: tuple[str, ...]) -> str:
+  return rng.choice(names)
+
+
+def _clamp(rng: random.Random) -> _Function:
+  n = _pick_name(rng, ("clamp", "bound", "limit_value"))
+  lo = rng.randint(-5, 5)
+  hi = lo + rng.randint(3, 9)
+  src = (
+    f"def {n}(x, lo, hi):\n"
+    '    """Returns x limited to the closed interval [lo, hi]."""\n'
+    "    if x < lo:\n"
+    "        return lo\n"
+    "    if x > hi:\n"
+    "        return hi\n"
+    "    return x\n"
+  )
+  cases = ((lo - 3, lo, hi), (hi + 4, lo, hi), (lo + 1, lo, hi), (hi, lo, hi))
+  bugs = (
+    _Bug("wrong_operator", "if x > hi:", "if x < hi:", False),
+    _Bug("swapped_return", "        return lo\n", "        return hi\n", False),
+    _Bug("off_by_one", "if x > hi:", "if x > hi - 1:", True),
+  )
+  return _Function(n, "math", src, cases, bugs)
+
+
+def _power_sum(rng: random.Random) -> _Function:
+  n = _pick_name(rng, ("power_sum", "sum_of_powers", "series_total"))
+  p = rng.choice((1, 2, 3))
+  src = (
+    f"def {n}(n):\n"
+    f'    """Returns 1**{p} + 2**{p} + ... + n**{p}."""\n'
+    "    total = 0\n"
+    "    for i in range(1, n + 1):\n"
+    f"        total += i ** {p}\n"
+    "    return total\n"
+  )
+  cases = tuple((k,) for k in rng.sample(range(1, 12), 3)) + ((0,),)
+  bugs = (
+    _Bug("off_by_one", "range(1, n + 1)", "range(1, n)", True),
+    _Bug("wrong_operator", "total += i", "total -= i", False),
+    _Bug("wrong_constant", "total = 0", "total = 1", True),
+  )
+  return _Function(n, "math", src, cases, bugs)
+
+
+def _affine(rng: random.Random) -> _Function:
+  n = _pick_name(rng, ("rescale", "linear_map", "convert_units"))
+  a = rng.randint(2, 9)
+  b = rng.randint(1, 30)
+  src = (
+    f"def {n}(x):\n"
+    f'    """Applies the linear map {a} * x + {b}."""\n'
+    f"    return {a} * x + {b}\n"
+  )
+  cases = tuple((x,) for x in rng.sample(range(-20, 20), 3))
+  bugs = (
+    _Bug("wrong_operator", f"* x + {b}", f"* x - {b}", False),
+    _Bug("wrong_constant", f"return {a} * x", f"return {a + 1} * x", True),
+  )
+  return _Function(n, "math", src, cases, bugs)
+
+
+def _floor_div(rng: random.Random) -> _Function:
+  n = _pick_name(rng, ("whole_times", "safe_floor_div", "count_fits"))
+  src = (
+    f"def {n}(a, b):\n"
+    '    """Returns how many whole times b fits into a (0 when b is 0)."""\n'
+    "    if b == 0:\n"
+    "        return 0\n"
+    "    return a // b\n"
+  )
+  b = rng.randint(2, 7)
+  cases = ((b * rng.randint(3, 9) + 1, b), (rng.randint(20, 60), b), (5, 0))
+  bugs = (
+    _Bug("swapped_args", "return a // b", "return b // a", True),
+    _Bug("wrong_operator", "return a // b", "return a % b", False),
+    _Bug("wrong_constant", "        return 0\n", "        return 1\n", True),
+  )
+  return _Function(n, "math", src, cases, bugs)
+
+
+_WORDS = (
+  "Umbrella",
+  "queue",
+  "ORANGE",
+  "sky",
+  "Tutorial",
+  "education",
+  "rhythm",
+  "AUDIO",
+  "banana",
+)
+
+
+def _count_vowels(rng: random.Random) -> _Function:
+  n = _pick_name(rng, ("count_vowels", "vowel_count", "num_vowels"))
+  src = (
+    f"def {n}(s):\n"
+    '    """Counts the vowels (a, e, i, o, u) in s, ignoring case."""\n'
+    '    return sum(1 for c in s.lower() if c in "aeiou")\n'
+  )
+  cases = tuple((w,) for w in rng.sample(_WORDS, 4))
+  bugs = (
+    _Bug("dropped_step", "in s.lower() if", "in s if", True),
+    _Bug("wrong_constant", '"aeiou"', '"aeio"', True),
+    _Bug("wrong_operator", "if c in", "if c not in", False),
+  )
+  return _Function(n, "text", src, cases, bugs)
+
+
+_PHRASES = (
+  "Racecar",
+  "Never odd or even",
+  "hello",
+  "Step on no pets!",
+  "abca",
+  "Noon",
+  "python",
+)
+
+
+def _palindrome(rng: random.Random) -> _Function:
+  n = _pick_name(rng, ("is_palindrome", "reads_same_backwards"))
+  src = (
+    f"def {n}(s):\n"
+    '    """True if s reads the same backwards, ignoring case and spaces'
+    ' and punctuation."""\n'
+    "    letters = [c.lower() for c in s if c.isalnum()]\n"
+    "    return letters == letters[::-1]\n"
+  )
+  cases = tuple((p,) for p in rng.sample(_PHRASES, 4))
+  bugs = (
+    _Bug("dropped_step", "[c.lower() for c", "[c for c", True),
+    _Bug("wrong_operator", "letters == letters", "letters != letters", False),
+  )
+  return _Function(n, "text", src, cases, bugs)
+
+
+def _pad_left(rng: random.Random) -> _Function:
+  n = _pick_name(rng, ("pad_left", "left_pad", "right_align"))
+  fill = rng.choice(("0", "*", "."))
+  src = (
+    f'def {n}(s, width, fill="{fill}"):\n'
+    '    """Pads s on the left with fill up to width characters."""\n'
+    "    if len(s) >= width:\n"
+    "        return s\n"
+    "    return fill * (width - len(s)) + s\n"
+  )
+  cases = (("42", 5), ("abc", 3), ("x", rng.randint(3, 6)), ("", 2))
+  bugs = (
+    _Bug("off_by_one", "(width - len(s))", "(width - len(s) - 1)", True),
+    _Bug(
+      "swapped_args",
+      "fill * (width - len(s)) + s",
+      "s + fill * (width - len(s))",
+      False,
+    ),
+  )
+  return _Function(n, "text", src, cases, bugs)
+
+
+def _reverse_words(rng: random.Random) -> _Function:
+  n = _pick_name(rng, ("reverse_words", "flip_word_order"))
+  src = (
+    f"def {n}(s):\n"
+    '    """Reverses the order of the words in s (single spaces)."""\n'
+    '    return " ".join(reversed(s.split()))\n'
+  )
+  sentences = ("the quick brown fox", "a b", "hello  world", "one", "x y z")
+  cases = tuple((t,) for t in rng.sample(sentences, 3))
+  bugs = (
+    _Bug("dropped_step", "reversed(s.split())", "s.split()", False),
+    _Bug("wrong_constant", '" ".join', '"".join', True),
+  )
+  return _Function(n, "text", src, cases, bugs)
+
+
+def _running_max(rng: random.Random) -> _Function:
+  n = _pick_name(rng, ("running_max", "prefix_maxima", "cumulative_max"))
+  src = (
+    f"def {n}(xs):\n"
+    '    """Returns the running maximum of xs."""\n'
+    "    out = []\n"
+    "    best = None\n"
+    "    for x in xs:\n"
+    "        if best is None or x > best:\n"
+    "            best = x\n"
+    "        out.append(best)\n"
+    "    return out\n"
+  )
+  cases = tuple(
+    ([rng.randint(-9, 9) for _ in range(rng.randint(3, 7))],) for _ in range(3)
+  ) + (([],),)
+  bugs = (
+    _Bug("wrong_operator", "x > best", "x < best", False),
+    _Bug("wrong_variable", "out.append(best)", "out.append(x)", True),
+  )
+  return _Function(n, "list", src, cases, bugs)
+
+
+def _chunk(rng: random.Random) -> _Function:
+  n = _pick_name(rng, ("chunk", "split_into_chunks", "batched"))
+  src = (
+    f"def {n}(xs, size):\n"
+    '    """Splits xs into consecutive chunks of length size (the last may'
+    ' be shorter)."""\n'
+    "    return [xs[i:i + size] for i in range(0, len(xs), size)]\n"
+  )
+  cases = (
+    (list(range(rng.randint(5, 9))), 2),
+    (list(range(6)), 3),
+    ([1], rng.randint(2, 4)),
+  )
+  bugs = (
+    _Bug("off_by_one", "xs[i:i + size]", "xs[i:i + size - 1]", True),
+    _Bug(
+      "off_by_one", "range(0, len(xs), size)", "range(1, len(xs), size)", True
+    ),
+  )
+  return _Function(n, "list", src, cases, bugs)
+
+
+def _dedupe(rng: random.Random) -> _Function:
+  n = _pick_name(rng, ("dedupe", "unique_in_order", "drop_repeats"))
+  src = (
+    f"def {n}(xs):\n"
+    '    """Removes repeated items, keeping first occurrences in order."""\n'
+    "    seen = set()\n"
+    "    out = []\n"
+    "    for x in xs:\n"
+    "        if x not in seen:\n"
+    "            seen.add(x)\n"
+    "            out.append(x)\n"
+    "    return out\n"
+  )
+  cases = tuple(
+    ([rng.randint(0, 4) for _ in range(rng.randint(4, 8))],) for _ in range(3)
+  )
+  bugs = (
+    _Bug("wrong_operator", "if x not in seen", "if x in seen", False),
+    _Bug("dropped_step", "seen.add(x)", "seen.discard(x)", True),
+  )
+  return _Function(n, "list", src, cases, bugs)
+
+
+def _mean(rng: random.Random) -> _Function:
+  n = _pick_name(rng, ("mean", "average", "arithmetic_mean"))
+  src = (
+    f"def {n}(xs):\n"
+    '    """Arithmetic mean of xs (0.0 for an empty list)."""\n'
+    "    if not xs:\n"
+    "        return 0.0\n"
+    "    return sum(xs) / len(xs)\n"
+  )
+  cases = (
+    ([rng.randint(0, 9) for _ in range(4)],),
+    ([1, 2],),
+    ([],),
+    ([rng.randint(-5, 5) for _ in range(3)],),
+  )
+  bugs = (
+    _Bug("off_by_one", "/ len(xs)", "/ (len(xs) + 1)", True),
+    _Bug("wrong_operator", "sum(xs) / len", "sum(xs) * len", False),
+  )
+  return _Function(n, "list", src, cases, bugs)
+
+
+_TEMPLATES: tuple[Callable[[random.Random], _Function], ...] = (
+  _clamp,
+  _power_sum,
+  _affine,
+  _floor_div,
+  _count_vowels,
+  _palindrome,
+  _pad_left,
+  _reverse_words,
+  _running_max,
+  _chunk,
+  _dedupe,
+  _mean,
+)
+
+_MODULE_OF = {"math": "mathutils", "text": "textutils", "list": "listutils"}
+
+# ---------------------------------------------------------------------------
+# Task generation.
+
+
+def _evaluate(source: str, name: str, args: tuple[Any, ...]) -> tuple:
+  """Runs our own generated (trusted) source on the host: (ok, value)."""
+  namespace: dict[str, Any] = {}
+  try:
+    exec(compile(source, "<generated>", "exec"), namespace)
+    return True, namespace[name](*args)
+  except Exception as e:  # noqa: BLE001 - a buggy variant may crash
+    return False, f"{type(e).__name__}"
+
+
+def _test_source(module: str, functions: list[_Function]) -> tuple[str, list]:
+  """A test module (plain asserts) and the ids of its tests."""
+  names = ", ".join(f.name for f in functions)
+  lines = [f'"""Tests for {module}.py."""', "", f"from {module} import {names}"]
+  ids = []
+  for f in functions:
+    for k, args in enumerate(f.cases):
+      ok, expected = _evaluate(f.source, f.name, args)
+      if not ok:
+        raise RuntimeError(f"template {f.name} fails on its own case {args}")
+      call = f"{f.name}({', '.join(repr(a) for a in args)})"
+      test = f"test_{f.name}_{k}"
+      ids.append(f"test_{module}::{test}")
+      lines += [
+        "",
+        "",
+        f"def {test}():",
+        f"    result = {call}",
+        f"    expected = {expected!r}",
+        f"    assert result == expected, "
+        f'"{call} returned %r, expected %r" % (result, expected)',
+      ]
+  return "\n".join(lines) + "\n", ids
+
+
+def _breaks_a_case(f: _Function, buggy: str) -> bool:
+  for args in f.cases:
+    want = _evaluate(f.source, f.name, args)
+    got = _evaluate(buggy, f.name, args)
+    if got != want:
+      return True
+  return False
+
+
+def _functions_for(difficulty: int) -> int:
+  return min(2 + max(difficulty, 0), len(_TEMPLATES) // 2)
+
+
+def generate_task(seed: int, difficulty: int = 0) -> Task:
+  """A deterministic task for (seed, difficulty); see the module docstring."""
+  rng = random.Random(f"code_repair:{seed}:{difficulty}")
+  makers = rng.sample(_TEMPLATES, _functions_for(difficulty))
+  functions = [make(rng) for make in makers]
+  split = difficulty >= 2
+  modules: dict[str, list[_Function]] = {}
+  for f in functions:
+    modules.setdefault(_MODULE_OF[f.category] if split else "utils", []).append(
+      f
+    )
+  candidates = [(f, b) for f in functions for b in f.bugs]
+  if difficulty <= 0:
+    candidates = [(f, b) for f, b in candidates if not b.subtle]
+  elif difficulty >= 2:
+    candidates = [(f, b) for f, b in candidates if b.subtle]
+  rng.shuffle(candidates)
+  for target, bug in candidates:
+    buggy = target.source.replace(bug.old, bug.new, 1)
+    if buggy == target.source or not _breaks_a_case(target, buggy):
+      continue
+    layout = _assemble(modules, target, buggy)
+    old_line, new_line = _changed_line(target.source, buggy)
+    files, bug_path = layout
+    # The expert edits the whole buggy line, so it must be unique.
+    if files[bug_path].count(new_line) == 1:
+      break
+  else:  # every template has a usable bug; reaching this is a generator bug
+    raise RuntimeError(f"no usable bug for seed {seed}")
+  tests: dict[str, str] = {}
+  test_ids: list[str] = []
+  for module, funcs in sorted(modules.items()):
+    tests[f"test_{module}.py"], ids = _test_source(module, funcs)
+    test_ids += ids
+  initial_passed = _host_pass_count(functions, target, buggy)
+  return Task(
+    id=f"code_repair-d{difficulty}-s{seed}",
+    family="code_repair",
+    difficulty=difficulty,
+    seed=seed,
+    tags=(bug.kind,),
+    payload={
+      "files": files,
+      "tests": tests,
+      "test_ids": test_ids,
+      "initial_passed": initial_passed,
+      "bug": {
+        "path": bug_path,
+        "function": target.name,
+        "kind": bug.kind,
+        "buggy_line": new_line,
+        "fixed_line": old_line,
+      },
+    },
+  )
+
+
+def _assemble(
+  modules: dict[str, list[_Function]], target: _Function, buggy: str
+) -> tuple[dict[str, str], str]:
+  """Module files with the bug injected, and the path of the buggy one."""
+  files, bug_path = {}, ""
+  for module, funcs in sorted(modules.items()):
+    body = [buggy if f is target else f.source for f in funcs]
+    path = f"{module}.py"
+    files[path] = f'"""Helpers: {module}."""\n\n\n' + "\n\n".join(body)
+    if target in funcs:
+      bug_path = path
+  return files, bug_path
+
+
+def _changed_line(correct: str, buggy: str) -> tuple[str, str]:
+  """The (correct, buggy) line pair; one bug changes exactly one line."""
+  for a, b in zip(correct.splitlines(), buggy.splitlines(), strict=True):
+    if a != b:
+      return a, b
+  raise RuntimeError("bug did not change any line")
+
+
+def _host_pass_count(
+  functions: list[_Function], target: _Function, buggy: str
+) -> int:
+  passed = 0
+  for f in functions:
+    for args in f.cases:
+      if f is not target:
+        passed += 1
+      else:
+        want = _evaluate(f.source, f.name, args)
+        passed += int(_evaluate(buggy, f.name, args) == want)
+  return passed
+
+
+def expert_actions(task: Task) -> list[str]:
+  """A scripted expert: the action texts that fix the task's bug.
+
+  Looks the function up, reads its file, replaces the buggy line, checks the
+  tests and answers. Used for SFT demonstrations and tests.
+  """
+  bug = task.payload["bug"]
+  return [
+    "<think>Some tests fail. Find the function they exercise.</think>"
+    + format_tool_call("search_code", {"pattern": f"def {bug['function']}("}),
+    "<think>Read the module that defines it.</think>"
+    + format_tool_call("read_file", {"path": bug["path"]}),
+    f"<think>This line is wrong ({bug['kind'].replace('_', ' ')}); fix it."
+    "</think>"
+    + format_tool_call(
+      "edit_file",
+      {"path": bug["path"], "old": bug["buggy_line"], "new": bug["fixed_line"]},
+    ),
+    "<think>Check the fix.</think>" + format_tool_call("run_tests", {}),
+    "<think>All tests pass.</think><answer>done</answer>",
+  ]
+
+
+# ---------------------------------------------------------------------------
+# Running the tests in the sandbox.
+
+_RUNNER = r"""
+import importlib, io, json, sys
+ids = json.loads(IDS)
+results = {}
+real_stdout = sys.stdout
+sys.stdout = io.StringIO()
+modules = {}
+for test_id in ids:
+    module_name, test_name = test_id.split("::")
+    if module_name not in modules:
+        try:
+            modules[module_name] = importlib.import_module(module_name)
+        except BaseException as e:
+            modules[module_name] = "import failed: %s: %s" % (
+                type(e).__name__, e)
+    module = modules[module_name]
+    if isinstance(module, str):
+        results[test_id] = module
+        continue
+    try:
+        getattr(module, test_name)()
+        results[test_id] = ""
+    except BaseException as e:
+        results[test_id] = "%s: %s" % (type(e).__name__, e)
+sys.stdout = real_stdout
+print(NONCE + json.dumps(results))
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class TestReport:
+  """One run of the canonical tests."""
+
+  passed: int
+  total: int
+  failures: dict[str, str]  # test id -> message
+  error: str = ""  # the run itself failed (timeout, forbidden, no result)
+  failure: FailureCode | None = None
+
+  @property
+  def all_passed(self) -> bool:
+    return self.total > 0 and self.passed == self.total
+
+  def summary(self, max_failures: int = 5) -> str:
+    lines = [
+      f"Ran {self.total} tests: {self.passed} passed, "
+      f"{self.total - self.passed} failed."
+    ]
+    if self.error:
+      lines.append(f"Test run error: {self.error}")
+    for test_id, message in list(self.failures.items())[:max_failures]:
+      lines.append(f"FAILED {test_id}: {message[:300]}")
+    if len(self.failures) > max_failures:
+      lines.append(f"... and {len(self.failures) - max_failures} more")
+    return "\n".join(lines)
+
+
+def run_test_suite(
+  sandbox: Sandbox, task: Task, timeout_s: float
+) -> TestReport:
+  """Rewrites the canonical tests into the sandbox and runs them."""
+  ids = list(task.payload["test_ids"])
+  for path, text in task.payload["tests"].items():
+    sandbox.write_file(path, text)
+  # A fresh nonce per run, so project code that prints cannot fake a result
+  # line it has not seen.
+  nonce = f"@@result-{uuid.uuid4().hex}@@"
+  code = f"IDS = {json.dumps(json.dumps(ids))}\nNONCE = {nonce!r}\n" + _RUNNER
+  res = sandbox.run(code=code, timeout_s=timeout_s, memory_mb=256)
+  every = {test_id: "not run" for test_id in ids}
+  if res.failure is not None:
+    return TestReport(0, len(ids), every, res.error, res.failure)
+  results = None
+  for line in reversed(res.stdout.splitlines()):
+    if line.startswith(nonce):
+      try:
+        results = json.loads(line[len(nonce) :])
+      except ValueError:
+        results = None
+      break
+  if not isinstance(results, dict) or set(results) != set(ids):
+    tail = res.stderr.strip().splitlines()[-1:] or ["no output"]
+    return TestReport(
+      0, len(ids), every, f"the test runner produced no result ({tail[0]})"
+    )
+  failures = {k: str(v) for k, v in results.items() if v != ""}
+  return TestReport(len(ids) - len(failures), len(ids), failures)
+
+
+# ---------------------------------------------------------------------------
+# The environment.
+
+_MAX_READ_CHARS = 20000
+
+
+@register("code_repair")
+class CodeRepairEnv(ToolEnvironment):
+  """Fix the injected bug with search/read/edit/test tools, then answer."""
+
+  name = "code_repair"
+  protocol = "tool_call"
+  max_turns = 12
+
+  def __init__(
+    self,
+    max_turns: int | None = None,
+    test_timeout_s: float = 5.0,
+    finish_on_pass: bool = False,
+    **kwargs: Any,
+  ):
+    kwargs.setdefault("tool_timeout_s", test_timeout_s + 5.0)
+    super().__init__(max_turns=max_turns, protocol="tool_call", **kwargs)
+    self.test_timeout_s = test_timeout_s
+    self.finish_on_pass = finish_on_pass
+    self.task: Task | None = None
+    self.sandbox: Sandbox | None = None
+    self.best_passed = 0
+    self.last_report: TestReport | None = None
+    self._finished = False
+
+  def generate_task(self, seed: int, difficulty: int = 0) -> Task:
+    return generate_task(seed, difficulty)
+
+  def reset(self, task: Task, seed: int = 0) -> str:
+    del seed  # the task fully determines the episode
+    if self.sandbox is not None:
+      self.sandbox.close()
+    self.task = task
+    self.sandbox = Sandbox()
+    for path, text in {
+      **task.payload["files"],
+      **task.payload["tests"],
+    }.items():
+      self.sandbox.write_file(path, text)
+    self.best_passed = int(task.payload["initial_passed"])
+    self.last_report = None
+    self._finished = False
+    self.begin_episode()
+    total = len(task.payload["test_ids"])
+    files = ", ".join(
+      sorted({**task.payload["files"], **task.payload["tests"]})
+    )
+    return (
+      "A small Python project has a bug: "
+      f"{total - self.best_passed} of {total} tests fail.\n"
+      f"Files: {files}\n"
+      "Find and fix the bug with the tools search_code(pattern), "
+      "read_file(path), edit_file(path, old, new) and run_tests(). Call one "
+      'tool per turn as <tool_call>{"name": ..., "arguments": {...}}'
+      "</tool_call>. Test files are read-only. When the tests pass, reply "
+      "<answer>done</answer>."
+    )
+
+  # -- tools ------------------------------------------------------------------
+
+  def tools(self) -> dict[str, Tool]:
+    string = {"type": "string"}
+    return {
+      "search_code": Tool(
+        "search_code",
+        "Lists the lines of project files that contain the literal text.",
+        {
+          "type": "object",
+          "properties": {
+            "pattern": {**string, "minLength": 1, "maxLength": 200}
+          },
+          "required": ["pattern"],
+          "additionalProperties": False,
+        },
+        self._search_code,
+      ),
+      "read_file": Tool(
+        "read_file",
+        "Shows a project file with line numbers.",
+        {
+          "type": "object",
+          "properties": {"path": {**string, "minLength": 1, "maxLength": 200}},
+          "required": ["path"],
+          "additionalProperties": False,
+        },
+        self._read_file,
+      ),
+      "edit_file": Tool(
+        "edit_file",
+        "Replaces the single exact occurrence of `old` with `new` in a "
+        "module file (test files are read-only).",
+        {
+          "type": "object",
+          "properties": {
+            "path": {**string, "minLength": 1, "maxLength": 200},
+            "old": {**string, "minLength": 1, "maxLength": 4000},
+            "new": {**string, "maxLength": 4000},
+          },
+          "required": ["path", "old", "new"],
+          "additionalProperties": False,
+        },
+        self._edit_file,
+      ),
+      "run_tests": Tool(
+        "run_tests",
+        "Runs the project's unit tests and reports failures.",
+        {"type": "object", "properties": {}, "additionalProperties": False},
+        self._run_tests,
+      ),
+    }
+
+  def _project_files(self) -> list[str]:
+    assert self.task is not None
+    return sorted({**self.task.payload["files"], **self.task.payload["tests"]})
+
+  def _resolve(self, path: str) -> str:
+    """A project file's name; FORBIDDEN outside the sandbox."""
+    assert self.sandbox is not None
+    try:
+      full = self.sandbox.path(path)
+    except ValueError as e:
+      raise ForbiddenError(str(e)) from None
+    name = str(full.relative_to(self.sandbox.root))
+    if name not in self._project_files():
+      raise ToolFailure(
+        f"no project file {path!r}; files: {', '.join(self._project_files())}"
+      )
+    return name
+
+  def _read_text(self, name: str) -> str:
+    assert self.sandbox is not None
+    try:
+      return self.sandbox.read_file(name)[:_MAX_READ_CHARS]
+    except ValueError as e:  # a symlink planted by project code
+      raise ForbiddenError(str(e)) from None
+    except (OSError, UnicodeDecodeError) as e:
+      raise ToolFailure(f"cannot read {name}: {e}") from None
+
+  def _search_code(self, pattern: str) -> str:
+    hits = []
+    for name in self._project_files():
+      for i, line in enumerate(self._read_text(name).splitlines(), 1):
+        if pattern in line:
+          hits.append(f"{name}:{i}: {line}")
+    if not hits:
+      return f"No matches for {pattern!r}."
+    return "\n".join(hits[:50])
+
+  def _read_file(self, path: str) -> str:
+    text = self._read_text(self._resolve(path))
+    return "\n".join(
+      f"{i:4d}| {line}" for i, line in enumerate(text.splitlines(), 1)
+    )
+
+  def _edit_file(self, path: str, old: str, new: str) -> str:
+    assert self.sandbox is not None and self.task is not None
+    name = self._resolve(path)
+    if name in self.task.payload["tests"]:
+      raise ForbiddenError(f"{name} is a test file; test files are read-only")
+    text = self._read_text(name)
+    count = text.count(old)
+    if count != 1:
+      where = "not found" if count == 0 else f"found {count} times"
+      raise ToolFailure(
+        f"`old` text {where} in {name}; it must match exactly once "
+        "(copy it from read_file, without the line numbers)"
+      )
+    try:
+      self.sandbox.write_file(name, text.replace(old, new, 1))
+    except (OSError, ValueError) as e:
+      raise ToolFailure(f"cannot write {name}: {e}") from None
+    return f"Edited {name}: replaced 1 occurrence."
+
+  def _run_tests(self) -> str:
+    assert self.sandbox is not None and self.task is not None
+    report = run_test_suite(self.sandbox, self.task, self.test_timeout_s)
+    self.last_report = report
+    if report.failure is not None:
+      raise ToolFailure(report.summary(), report.failure)
+    return report.summary()
+
+  # -- rewards and state ----------------------------------------------------
+
+  def on_tool_result(
+    self, action: Action, outcome: ToolOutcome
+  ) -> dict[str, float]:
+    if action.name != "run_tests" or self.last_report is None:
+      return {}
+    report = self.last_report
+    self.last_report = None
+    components = {}
+    if report.passed > self.best_passed:
+      components["progress"] = (report.passed - self.best_passed) / report.total
+      self.best_passed = report.passed
+    if self.finish_on_pass and outcome.ok and report.all_passed:
+      components["success"] = 1.0
+      self._finished = True
+    return components
+
+  def step(self, action_text: str) -> StepResult:
+    result = super().step(action_text)
+    if self._finished and not result.done:
+      result.done = True
+      self.done = True
+    return result
+
+  def on_answer(self, text: str) -> AnswerResult:
+    assert self.sandbox is not None and self.task is not None
+    report = run_test_suite(self.sandbox, self.task, self.test_timeout_s)
+    success = float(report.all_passed)
+    return AnswerResult(
+      reward_components={"success": success},
+      done=True,
+      observation=report.summary(),
+      info={"tests_passed": report.passed, "tests_total": report.total},
+    )
+
+  def state_key(self) -> str:
+    if self.task is None or self.sandbox is None:
+      return "code_repair:unset"
+    digest = hashlib.sha256()
+    for name in sorted(self.task.payload["files"]):
+      try:
+        content = self.sandbox.read_file(name)
+      except (OSError, ValueError, UnicodeDecodeError) as e:
+        content = f"<unreadable: {type(e).__name__}>"
+      digest.update(name.encode() + b"\0" + content.encode() + b"\0")
+    return f"code_repair:{digest.hexdigest()[:16]}"
+
+  def render(self) -> str:
+    """The project as text: every file with line numbers, and the budget."""
+    if self.task is None:
+      return "(no episode)"
+    parts = [
+      f"code_repair {self.task.id}: turn {self.turns_used}/"
+      f"{self.max_turns}, best {self.best_passed}/"
+      f"{len(self.task.payload['test_ids'])} tests passing"
+    ]
+    for name in self._project_files():
+      try:
+        body = self._read_file(name)
+      except ToolFailure as e:
+        body = f"<{e}>"
+      parts.append(f"--- {name}\n{body}")
+    return "\n".join(parts)
+
+  def close(self) -> None:
+    if self.sandbox is not None:
+      self.sandbox.close()
+      self.sandbox = None
+    super().close()
