@@ -392,7 +392,11 @@ def make_task(
     "answers": answers,
     "chain": list(chain),
     "path": path,
-    "gold_docs": [docs.index(e) for e in path if e in world.kinds],
+    # Evidence passages: those of the entities whose facts the chain reads
+    # (not the answer entity's own passage).
+    "gold_docs": [
+      docs.index(e) for e in path[: len(chain)] if e in world.kinds
+    ],
     "variant": variant,
     "max_turns": hops + 3,
   }

@@ -117,6 +117,12 @@ def test_bm25_ranks_gold_passage_first_for_expert_queries():
       task = sq.make_task(seed, d, unsolvable=seed % 4 == 0)
       retriever = sq.task_retriever(task.payload)
       queries = sq.expert_queries(task.payload)
+      if task.payload["variant"] != "missing_entity":
+        # One evidence passage per hop, one expert query for each.
+        assert len(task.payload["gold_docs"]) == len(task.payload["chain"])
+        assert len(queries) == len(task.payload["chain"])
+      else:
+        assert task.payload["gold_docs"] == [] and len(queries) == 1
       for query, gold in zip(queries, task.payload["gold_docs"], strict=False):
         hits = retriever.search(query, 3)
         assert hits and hits[0] == gold, (task.id, query)
