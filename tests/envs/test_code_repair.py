@@ -1,0 +1,223 @@
+"""code_repair: generation, the scripted expert, rewards, failure codes."""
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agentic_rl.envs import make
+from agentic_rl.envs.code_repair import (
+  CodeRepairEnv,
+  expert_actions,
+  generate_task,
+)
+from agentic_rl.envs.parsing import format_tool_call
+from agentic_rl.types import FailureCode, Task
+
+
+@pytest.fixture(scope="module")
+def env():
+  e = make("code_repair")
+  yield e
+  e.close()
+
+
+def _tool(name, **arguments):
+  return format_tool_call(name, arguments)
+
+
+def test_generation_is_deterministic_and_varied():
+  a = generate_task(7, 2)
+  assert a == generate_task(7, 2)
+  assert Task.from_dict(json.loads(json.dumps(a.to_dict()))) == a
+  tasks = [generate_task(s, d) for s in range(20) for d in range(4)]
+  assert len({t.payload["bug"]["function"] for t in tasks}) >= 8
+  assert len({t.payload["bug"]["kind"] for t in tasks}) >= 4
+  for t in tasks:
+    bug = t.payload["bug"]
+    assert bug["buggy_line"] != bug["fixed_line"]
+    assert t.payload["files"][bug["path"]].count(bug["buggy_line"]) == 1
+    assert t.payload["initial_passed"] < len(t.payload["test_ids"])
+
+
+def test_difficulty_adds_functions_and_modules():
+  def functions(task):
+    return sum(src.count("\ndef ") for src in task.payload["files"].values())
+
+  easy = [generate_task(s, 0) for s in range(10)]
+  hard = [generate_task(s, 3) for s in range(10)]
+  assert all(functions(t) == 2 for t in easy)
+  assert all(functions(t) == 5 for t in hard)
+  assert all(list(t.payload["files"]) == ["utils.py"] for t in easy)
+  assert any(len(t.payload["files"]) > 1 for t in hard)
+
+
+@pytest.mark.parametrize("difficulty", [0, 1, 2, 4])
+def test_expert_solves_generated_tasks(env, difficulty):
+  for seed in range(3):
+    task = env.generate_task(seed, difficulty)
+    env.reset(task)
+    results = [env.step(a) for a in expert_actions(task)]
+    assert [r.failure for r in results] == [None] * len(results)
+    assert [r.done for r in results] == [False] * (len(results) - 1) + [True]
+    assert results[-1].reward_components == {"success": 1.0}
+    total = len(task.payload["test_ids"])
+    progress = results[3].reward_components["progress"]
+    assert progress == pytest.approx(
+      (total - task.payload["initial_passed"]) / total
+    )
+
+
+def test_wrong_edit_gets_no_reward(env):
+  task = generate_task(1, 0)
+  bug = task.payload["bug"]
+  env.reset(task)
+  r = env.step(_tool("run_tests"))
+  assert r.failure is None and "failed" in r.observation
+  assert "progress" not in r.reward_components
+  # A wrong "fix" of the buggy line: still failing, no progress, no success.
+  wrong = bug["buggy_line"] + "  # fixed?"
+  r = env.step(
+    _tool("edit_file", path=bug["path"], old=bug["buggy_line"], new=wrong)
+  )
+  assert r.failure is None
+  r = env.step(_tool("run_tests"))
+  assert "progress" not in r.reward_components
+  r = env.step("<answer>done</answer>")
+  assert r.done and r.reward_components == {"success": 0.0}
+
+
+def test_state_key_tracks_file_contents(env):
+  task = generate_task(2, 1)
+  bug = task.payload["bug"]
+  env.reset(task)
+  start = env.state_key()
+  r = env.step(_tool("read_file", path=bug["path"]))
+  assert r.state_key == start and env.state_key() == start
+  fix = _tool(
+    "edit_file", path=bug["path"], old=bug["buggy_line"], new=bug["fixed_line"]
+  )
+  env.step(fix)
+  fixed = env.state_key()
+  assert fixed != start
+  # Undoing the edit returns to the same key; a fresh episode starts there.
+  undo = _tool(
+    "edit_file", path=bug["path"], old=bug["fixed_line"], new=bug["buggy_line"]
+  )
+  assert env.step(undo).state_key == fixed
+  assert env.state_key() == start
+  env.reset(task)
+  assert env.state_key() == start
+  assert bug["path"] in env.render()
+
+
+def test_failure_codes(env):
+  task = generate_task(3, 0)
+  bug = task.payload["bug"]
+  test_file = next(iter(task.payload["tests"]))
+  env.reset(task)
+  cases = [
+    ("I think the bug is on line 3.", FailureCode.MALFORMED_CALL),
+    ("<tool_call>{oops}</tool_call>", FailureCode.MALFORMED_CALL),
+    (_tool("delete_everything"), FailureCode.UNKNOWN_TOOL),
+    (_tool("read_file"), FailureCode.BAD_ARGUMENTS),
+    (_tool("read_file", path="utils.py", mode="rb"), FailureCode.BAD_ARGUMENTS),
+    (_tool("read_file", path="../../etc/passwd"), FailureCode.FORBIDDEN),
+    (_tool("read_file", path="missing.py"), FailureCode.TOOL_ERROR),
+    (
+      _tool("edit_file", path=test_file, old="assert", new="pass;"),
+      FailureCode.FORBIDDEN,
+    ),
+    (
+      _tool("edit_file", path=bug["path"], old="no such text", new="x"),
+      FailureCode.TOOL_ERROR,
+    ),
+  ]
+  for text, code in cases:
+    r = env.step(text)
+    assert r.failure == code, (text, r)
+    assert code.value in r.observation and not r.done
+  # The budget ran out on the next turns, with the episode ended.
+  env.step(_tool("run_tests"))
+  env.step(_tool("run_tests"))
+  last = env.step(_tool("run_tests"))
+  assert last.done and last.failure == FailureCode.BUDGET_EXHAUSTED
+
+
+def test_broken_and_hostile_project_code(env):
+  task = generate_task(4, 0)
+  bug = task.payload["bug"]
+  path = bug["path"]
+  env.reset(task)
+  # Breaking the module: every test fails but the run itself is fine.
+  env.step(_tool("edit_file", path=path, old=bug["buggy_line"], new="    )("))
+  r = env.step(_tool("run_tests"))
+  assert r.failure is None and "import failed" in r.observation
+  # Project code that hangs at import: the test run times out.
+  env.reset(task)
+  env.test_timeout_s = 0.5
+  hang = bug["buggy_line"] + "\nwhile True:\n    pass"
+  env.step(_tool("edit_file", path=path, old=bug["buggy_line"], new=hang))
+  r = env.step(_tool("run_tests"))
+  assert r.failure == FailureCode.TIMEOUT
+  # Project code that tries the network is stopped as FORBIDDEN.
+  env.reset(task)
+  env.test_timeout_s = 5.0
+  net = "import socket\nsocket.create_connection(('127.0.0.1', 9))\n"
+  first = task.payload["files"][path].splitlines()[0]
+  env.step(_tool("edit_file", path=path, old=first, new=first + "\n" + net))
+  r = env.step(_tool("run_tests"))
+  assert r.failure == FailureCode.FORBIDDEN
+  r = env.step("<answer>done</answer>")
+  assert r.reward_components == {"success": 0.0}
+
+
+def test_finish_on_pass():
+  env = CodeRepairEnv(finish_on_pass=True)
+  task = generate_task(5, 1)
+  env.reset(task)
+  results = [env.step(a) for a in expert_actions(task)[:4]]
+  assert results[-1].done
+  assert results[-1].reward_components["success"] == 1.0
+  env.close()
+
+
+@settings(
+  max_examples=60,
+  deadline=None,
+  suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+  text=st.one_of(
+    st.text(max_size=120),
+    st.lists(
+      st.sampled_from(
+        [
+          "<tool_call>",
+          "</tool_call>",
+          "<think>",
+          "</think>",
+          "<answer>",
+          "</answer>",
+          '{"name": "read_file", "arguments": {"path": ',
+          '"utils.py"',
+          '"../x"',
+          "}}",
+          '{"name": "search_code", "arguments": {"pattern": "def"}}',
+          "x",
+        ]
+      ),
+      max_size=8,
+    ).map("".join),
+  )
+)
+def test_step_never_raises_on_garbage(env, text):
+  env.reset(generate_task(0, 0))
+  r = env.step(text)
+  assert isinstance(r.observation, str) and isinstance(r.state_key, str)
+  action = r.info.get("action", {})
+  if action.get("kind") == "malformed":
+    assert r.failure == FailureCode.MALFORMED_CALL
+  if r.failure is not None:
+    assert r.failure.value in r.observation or r.done
