@@ -1,0 +1,137 @@
+"""A success-rate-driven difficulty curriculum.
+
+Difficulties unlock one at a time, easiest first. The newest unlocked one is
+the frontier: once its success rate over the last `window` episodes reaches
+`promote_threshold` (with at least `min_episodes` seen), the next difficulty
+unlocks. Sampling weights put `frontier_weight` on the frontier and spread
+the rest evenly over the mastered difficulties, which stay in rotation as
+review, so forgetting shows up in their success rates instead of going
+unseen. Feed `weights()` to `TaskSampler.set_difficulty_weights`.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from agentic_rl.types import Trajectory
+
+
+class SuccessRateCurriculum:
+  """Promotes through `difficulties` as the frontier's success rate rises."""
+
+  def __init__(
+    self,
+    difficulties: Sequence[int],
+    promote_threshold: float = 0.7,
+    min_episodes: int = 32,
+    window: int = 128,
+    frontier_weight: float = 0.7,
+    initially_unlocked: int = 1,
+  ):
+    if not difficulties or len(set(difficulties)) != len(difficulties):
+      raise ValueError(f"difficulties must be distinct, got {difficulties}")
+    if not 0.0 < promote_threshold <= 1.0:
+      raise ValueError(
+        f"promote_threshold must be in (0, 1]: {promote_threshold}"
+      )
+    if not 1 <= min_episodes <= window:
+      raise ValueError(
+        f"need 1 <= min_episodes ({min_episodes}) <= window ({window})"
+      )
+    if not 0.0 < frontier_weight <= 1.0:
+      raise ValueError(f"frontier_weight must be in (0, 1]: {frontier_weight}")
+    if not 1 <= initially_unlocked <= len(difficulties):
+      raise ValueError(
+        f"initially_unlocked must be in [1, {len(difficulties)}], got "
+        f"{initially_unlocked}"
+      )
+    self.difficulties = tuple(sorted(difficulties))
+    self.promote_threshold = promote_threshold
+    self.min_episodes = min_episodes
+    self.window = window
+    self.frontier_weight = frontier_weight
+    self.unlocked = initially_unlocked
+    self.episodes = 0
+    self.promotions: list[tuple[int, int]] = []  # (difficulty, episode)
+    self._history = {
+      d: collections.deque(maxlen=window) for d in self.difficulties
+    }
+
+  @property
+  def frontier(self) -> int:
+    return self.difficulties[self.unlocked - 1]
+
+  def success_rate(self, difficulty: int) -> float | None:
+    """Mean success over the window; None before any episode."""
+    h = self._bucket(difficulty)
+    return math.fsum(h) / len(h) if h else None
+
+  def _bucket(self, difficulty: int) -> collections.deque:
+    if difficulty not in self._history:
+      raise KeyError(
+        f"difficulty {difficulty} is not in the curriculum {self.difficulties}"
+      )
+    return self._history[difficulty]
+
+  def update(self, difficulty: int, success: float) -> bool:
+    """Records one episode (success in [0, 1]); True if it promoted."""
+    if not 0.0 <= success <= 1.0:
+      raise ValueError(f"success must be in [0, 1], got {success}")
+    self._bucket(difficulty).append(float(success))
+    self.episodes += 1
+    h = self._history[self.frontier]
+    ready = len(h) >= self.min_episodes and (
+      math.fsum(h) / len(h) >= self.promote_threshold
+    )
+    if ready and self.unlocked < len(self.difficulties):
+      self.unlocked += 1
+      self.promotions.append((self.frontier, self.episodes))
+      return True
+    return False
+
+  def update_from_trajectories(
+    self, trajectories: Iterable[Trajectory], success_threshold: float = 0.5
+  ) -> int:
+    """Records scored trajectories; returns how many promotions happened."""
+    return sum(
+      self.update(t.task.difficulty, float(t.outcome >= success_threshold))
+      for t in trajectories
+    )
+
+  def weights(self) -> dict[int, float]:
+    """Sampling weight per difficulty (sums to 1; locked ones get 0)."""
+    out = {d: 0.0 for d in self.difficulties}
+    mastered = self.difficulties[: self.unlocked - 1]
+    if not mastered:
+      out[self.frontier] = 1.0
+      return out
+    out[self.frontier] = self.frontier_weight
+    for d in mastered:
+      out[d] = (1.0 - self.frontier_weight) / len(mastered)
+    return out
+
+  def state_dict(self) -> dict[str, Any]:
+    return {
+      "difficulties": list(self.difficulties),
+      "unlocked": self.unlocked,
+      "episodes": self.episodes,
+      "promotions": [list(p) for p in self.promotions],
+      "history": {str(d): list(h) for d, h in self._history.items()},
+    }
+
+  def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    if tuple(state["difficulties"]) != self.difficulties:
+      raise ValueError(
+        f"curriculum state is for difficulties {state['difficulties']}, "
+        f"this curriculum has {list(self.difficulties)}"
+      )
+    self.unlocked = int(state["unlocked"])
+    self.episodes = int(state["episodes"])
+    self.promotions = [(int(d), int(e)) for d, e in state["promotions"]]
+    for d in self.difficulties:
+      self._history[d] = collections.deque(
+        (float(x) for x in state["history"][str(d)]), maxlen=self.window
+      )

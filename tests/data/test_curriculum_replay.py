@@ -1,0 +1,156 @@
+"""Curriculum promotion and replay buffer: goldens, resumption, errors."""
+
+import collections
+import json
+import math
+
+import numpy as np
+import pytest
+from counter_env import NAME
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentic_rl.data.curriculum import SuccessRateCurriculum
+from agentic_rl.data.pool import TaskPool
+from agentic_rl.data.replay import ReplayBuffer
+from agentic_rl.types import Task, Trajectory, Turn
+
+
+def curriculum(**kw):
+  kw = dict(promote_threshold=0.75, min_episodes=4, window=4) | kw
+  return SuccessRateCurriculum([2, 0, 1], **kw)
+
+
+def test_promotion_golden():
+  c = curriculum(frontier_weight=0.6)
+  assert c.frontier == 0 and c.weights() == {0: 1.0, 1: 0.0, 2: 0.0}
+  promoted = [c.update(0, s) for s in (1, 1, 0)]
+  assert promoted == [False] * 3  # fewer than min_episodes
+  assert c.update(0, 1.0)  # 3/4 = 0.75 >= threshold
+  assert c.frontier == 1 and c.promotions == [(1, 4)]
+  assert c.weights() == pytest.approx({0: 0.4, 1: 0.6, 2: 0.0})
+  # window 4: the last four d1 episodes decide, old failures roll out
+  assert [c.update(1, s) for s in (0, 0, 1, 1)] == [False] * 4  # rate 0.5
+  assert c.update(1, 1.0)  # window [0, 1, 1, 1]: 0.75
+  assert c.success_rate(1) == 0.75
+  assert c.frontier == 2 and c.promotions[-1] == (2, 9)
+  assert c.weights() == pytest.approx({0: 0.2, 1: 0.2, 2: 0.6})
+  # at the last difficulty there is nothing left to unlock
+  assert not any(c.update(2, 1.0) for _ in range(8))
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0, 1, 2]), st.booleans())))
+def test_weights_are_a_distribution_and_state_resumes(events):
+  a = curriculum()
+  half = len(events) // 2
+  for d, s in events[:half]:
+    a.update(d, float(s))
+  b = curriculum()
+  b.load_state_dict(json.loads(json.dumps(a.state_dict())))
+  for d, s in events[half:]:
+    assert a.update(d, float(s)) == b.update(d, float(s))
+  assert a.state_dict() == b.state_dict()
+  w = a.weights()
+  assert math.fsum(w.values()) == pytest.approx(1.0)
+  locked = a.difficulties[a.unlocked :]
+  assert all(w[d] == 0 for d in locked)
+
+
+def traj(difficulty: int, outcome: float, i: int = 0) -> Trajectory:
+  task = Task(id=f"t{i}", family="toy", difficulty=difficulty)
+  return Trajectory(task, i, [Turn([1], [2], [-0.1])], outcome=outcome)
+
+
+def test_curriculum_drives_the_sampler():
+  pool = TaskPool.from_envs(
+    [dict(env=NAME, difficulties=[0, 1, 2], counts=[5, 5, 5])]
+  )
+  c = curriculum()
+  sampler = pool.sampler(0, difficulty_weights=c.weights())
+  assert {t.difficulty for t in sampler.sample(50)} == {0}
+  promoted = c.update_from_trajectories(traj(0, 1.0, i) for i in range(4))
+  assert promoted == 1
+  sampler.set_difficulty_weights(c.weights())
+  drawn = collections.Counter(t.difficulty for t in sampler.sample(2000))
+  assert set(drawn) == {0, 1}
+  assert drawn[1] / 2000 == pytest.approx(0.7, abs=0.04)
+
+
+def test_curriculum_errors():
+  with pytest.raises(ValueError, match="distinct"):
+    SuccessRateCurriculum([0, 0])
+  with pytest.raises(ValueError, match="min_episodes"):
+    SuccessRateCurriculum([0], min_episodes=10, window=5)
+  c = curriculum()
+  with pytest.raises(KeyError, match="not in the curriculum"):
+    c.update(7, 1.0)
+  with pytest.raises(ValueError, match="success"):
+    c.update(0, 2.0)
+  with pytest.raises(ValueError, match="difficulties"):
+    SuccessRateCurriculum([0, 1]).load_state_dict(c.state_dict())
+
+
+def ids(trajs):
+  return [t.group_id for t in trajs]
+
+
+def test_fifo_evicts_oldest_and_samples_uniformly():
+  buf = ReplayBuffer(capacity=3, rng=0)
+  buf.add([traj(0, 0.0, i) for i in range(5)])
+  assert ids(buf.trajectories) == [2, 3, 4] and buf.num_added == 5
+  counts = collections.Counter(ids(buf.sample(3000)))
+  assert all(abs(counts[i] / 3000 - 1 / 3) < 0.04 for i in (2, 3, 4))
+
+
+def test_priorities_golden():
+  buf = ReplayBuffer(10, mode="prioritized", alpha=2.0, half_life=2.0, eps=0.5)
+  buf.add([traj(0, 0.0, i) for i in range(3)], advantages=[0.0, 1.5, -0.5])
+  # (|a| + 0.5) ** 2 * 0.5 ** (age / 2), ages 3, 2, 1
+  expected = [0.25 * 0.5**1.5, 4.0 * 0.5, 1.0 * 0.5**0.5]
+  np.testing.assert_allclose(buf.priorities(), expected)
+  counts = collections.Counter(ids(buf.sample(6000)))
+  total = sum(expected)
+  for i, p in enumerate(expected):
+    assert counts[i] / 6000 == pytest.approx(p / total, abs=0.03)
+
+
+def test_prioritized_evicts_lowest_priority_oldest_first():
+  buf = ReplayBuffer(3, mode="prioritized", rng=1)
+  buf.add([traj(0, 0.0, i) for i in range(3)], advantages=[0.2, 2.0, 0.2])
+  buf.add([traj(0, 0.0, 3)], advantages=[1.0])
+  assert ids(buf.trajectories) == [1, 2, 3]
+  buf.add([traj(0, 0.0, 4)], advantages=[3.0])
+  assert ids(buf.trajectories) == [1, 3, 4]
+
+
+def test_replay_state_round_trip_resumes_sampling():
+  a = ReplayBuffer(4, mode="prioritized", half_life=3.0, rng=5)
+  a.add([traj(i % 2, math.nan, i) for i in range(6)], [0.1, 1, 2, 3, 4, 5])
+  a.sample(7)
+  state = json.loads(json.dumps(a.state_dict()))
+  b = ReplayBuffer(4, mode="prioritized", half_life=3.0, rng=99)
+  b.load_state_dict(state)
+  assert [t.to_json() for t in b.trajectories] == [
+    t.to_json() for t in a.trajectories
+  ]
+  assert ids(a.sample(20)) == ids(b.sample(20))
+  np.testing.assert_array_equal(a.priorities(), b.priorities())
+
+
+def test_replay_errors():
+  with pytest.raises(ValueError, match="capacity"):
+    ReplayBuffer(0)
+  with pytest.raises(ValueError, match="mode"):
+    ReplayBuffer(2, mode="lifo")
+  with pytest.raises(ValueError, match="empty"):
+    ReplayBuffer(2).sample(1)
+  buf = ReplayBuffer(2, mode="prioritized")
+  with pytest.raises(ValueError, match="advantage"):
+    buf.add([traj(0, 0.0)])
+  with pytest.raises(ValueError, match="not finite"):
+    buf.add([traj(0, 0.0)], [math.nan])
+  with pytest.raises(ValueError, match="2 advantages for 1"):
+    buf.add([traj(0, 0.0)], [1.0, 2.0])
+  with pytest.raises(ValueError, match="config"):
+    ReplayBuffer(3).load_state_dict(buf.state_dict())
