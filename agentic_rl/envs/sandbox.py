@@ -17,7 +17,8 @@ Kernel layers (apply to `code` and `argv`):
   unique to this sandbox, which owns the directory. RLIMIT_NPROC only binds
   non-root users, and a private uid makes the cap per sandbox and keeps the
   child out of everything not world-writable. Without root the cap is our
-  own process count plus `nproc`.
+  own process count plus `nproc`; as root without a private uid nothing
+  caps processes, so `allow_subprocess` is refused there.
 * No network (when `unshare --net` works, i.e. as root on Linux): the child
   runs in a fresh network namespace with no interfaces up, so even 127.0.0.1
   is unreachable.
@@ -361,7 +362,6 @@ class Sandbox:
     allow_subprocess: bool = False,
     prefix: str = "agentic_rl_sandbox_",
   ):
-    self.root = Path(tempfile.mkdtemp(prefix=prefix)).resolve()
     self.allow_subprocess = allow_subprocess
     python = _interpreter_for_others()
     self._privileged = (
@@ -369,6 +369,13 @@ class Sandbox:
     )
     self.python = python if self._privileged else sys.executable
     self.uid = _fresh_uid() if self._privileged else None
+    if allow_subprocess and os.geteuid() == 0 and self.uid is None:
+      # RLIMIT_NPROC does not bind root, so nothing would cap a fork bomb.
+      raise ValueError(
+        "allow_subprocess as root needs a private uid (drop_privileges=True "
+        "and a Python interpreter readable by other users)"
+      )
+    self.root = Path(tempfile.mkdtemp(prefix=prefix)).resolve()
     self.network_namespace = (
       isolate_network and os.geteuid() == 0 and _network_namespace_available()
     )

@@ -177,3 +177,16 @@ def test_bad_requests_are_tool_errors(sandbox):
   with pytest.raises(ValueError):
     sandbox.path("../outside")
   assert sandbox.isolation["python_guard"]
+
+
+def test_without_private_uid_the_guard_and_sweep_still_work():
+  with Sandbox(drop_privileges=False, isolate_network=False) as sb:
+    assert sb.uid is None
+    r = sb.run(code="while True: pass", timeout_s=0.5)
+    assert r.failure == FailureCode.TIMEOUT
+    r = sb.run(code="open('/tmp/agentic_rl_escape', 'w')")
+    assert r.failure == FailureCode.FORBIDDEN
+    assert not os.path.exists("/tmp/agentic_rl_escape")
+  if os.geteuid() == 0:
+    with pytest.raises(ValueError, match="private uid"):
+      Sandbox(drop_privileges=False, allow_subprocess=True)
