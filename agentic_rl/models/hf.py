@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
+
+import jax
+import jax.numpy as jnp
 
 # Importing ml_dtypes teaches numpy the name "bfloat16", which safetensors'
 # numpy reader needs for bf16 checkpoints (most released Qwen / Llama ones).
-import jax
-import jax.numpy as jnp
 import ml_dtypes  # noqa: F401
 import numpy as np
 from flax import nnx
@@ -43,7 +44,7 @@ ARCHITECTURES: dict[str, str] = {
 # recomputed from the config, so they are skipped rather than reported.
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 
-_DTYPE_NAMES = {"float32": "float32", "bfloat16": "bfloat16"}
+_DTYPES = ("float32", "bfloat16")
 
 
 class CheckpointError(ValueError):
@@ -164,12 +165,15 @@ def config_from_hf(
   """Maps a Llama / Qwen2 / Qwen3 config.json onto `ModelConfig`."""
   family = hf_family(hf)
   _check_unsupported(hf, family)
-  if dtype not in _DTYPE_NAMES:
-    raise ValueError(f"dtype must be one of {sorted(_DTYPE_NAMES)}: {dtype!r}")
+  if dtype not in _DTYPES:
+    raise ValueError(f"dtype must be one of {list(_DTYPES)}: {dtype!r}")
   d_model = int(_field(hf, "hidden_size"))
   n_heads = int(_field(hf, "num_attention_heads"))
   n_kv = hf.get("num_key_value_heads") or n_heads
-  head_dim = hf.get("head_dim") or d_model // n_heads
+  # transformers' Qwen3Config defaults head_dim to 128 rather than deriving
+  # it, so an omitted field means different things per family.
+  default_head_dim = 128 if family == "qwen3" else d_model // n_heads
+  head_dim = hf.get("head_dim") or default_head_dim
   theta, scaling = _rope(hf)
   return ModelConfig(
     vocab_size=int(_field(hf, "vocab_size")),
@@ -268,8 +272,12 @@ def check_tensors(
     # Some tied checkpoints still store the head; it must then be a copy.
     head = tensors["lm_head.weight"]
     embed = tensors.get("model.embed_tokens.weight")
-    if embed is not None and np.array_equal(head, embed):
-      extra.remove("lm_head.weight")
+    if embed is not None and not np.array_equal(head, embed):
+      raise CheckpointError(
+        "config.json has tie_word_embeddings=true but tensor "
+        "'lm_head.weight' differs from 'model.embed_tokens.weight'"
+      )
+    extra.remove("lm_head.weight")
   missing = sorted(set(expected) - set(tensors))
   if missing:
     raise CheckpointError(
@@ -291,7 +299,8 @@ def check_tensors(
 # transform). torch's Linear stores weight as (out, in); NNX kernels are
 # (in..., out...) with heads split out, so most rows are a transpose plus a
 # reshape.
-_Row = tuple[str, tuple[str | int, ...], Any, Any]
+_Fn = Callable[[np.ndarray], np.ndarray]
+_Row = tuple[str, tuple[str | int, ...], _Fn, _Fn]
 
 
 def _param_table(config: ModelConfig) -> list[_Row]:
