@@ -392,13 +392,26 @@ def generate_level(
 def parse_moves(
   text: str, names: dict[str, int], max_moves: int
 ) -> tuple[list[int], FailureCode | None, str]:
-  """Moves named in the `<answer>` of `text`: (moves, failure, reason)."""
+  """Moves named in the `<answer>` of `text`: (moves, failure, reason).
+
+  Follows `parsing.parse_tags`; a bare `<answer>words</answer>` (the common
+  case) skips the general parser, which would accept it with the same body.
+  """
+  simple = _SIMPLE_ANSWER.fullmatch(text)
+  if simple is not None and simple.group(1).strip():
+    return _named_moves(simple.group(1), names, max_moves)
   action = parse_tags(text)
   if action.kind is ActionKind.MALFORMED:
     return [], FailureCode.MALFORMED_CALL, action.error
   if action.kind is ActionKind.TOOL_CALL:
     return [], FailureCode.UNKNOWN_TOOL, "this environment has no tools"
-  words = _SEPARATORS.split(action.text.strip())
+  return _named_moves(action.text, names, max_moves)
+
+
+def _named_moves(
+  body: str, names: dict[str, int], max_moves: int
+) -> tuple[list[int], FailureCode | None, str]:
+  words = _SEPARATORS.split(body.strip())
   if len(words) > max_moves:
     return [], FailureCode.BAD_ARGUMENTS, f"more than {max_moves} moves"
   moves = []
@@ -411,6 +424,8 @@ def parse_moves(
 
 
 _SEPARATORS = re.compile(r"[\s,;|]+")
+# Optional whitespace, one answer block of letters and separators, whitespace.
+_SIMPLE_ANSWER = re.compile(r"\s*<answer>([A-Za-z\s,;|]*)</answer>\s*")
 
 
 def expert_actions(task: Task, max_actions_per_turn: int = 1) -> list[str]:

@@ -2,13 +2,17 @@
 
 import collections
 import json
+import re
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentic_rl import envs
 from agentic_rl.envs import sokoban as sk
-from agentic_rl.types import FailureCode, Task
+from agentic_rl.envs.parsing import parse_tags
+from agentic_rl.types import ActionKind, FailureCode, Task
 
 UP, DOWN, LEFT, RIGHT = range(4)
 
@@ -227,3 +231,51 @@ def test_reverse_walk_keeps_box_count_and_floor():
   for m in solution:
     state = sk.transition(level, state, m)
   assert sk.is_solved(level, state)
+
+
+def _reference_moves(text: str, max_moves: int):
+  """parse_moves without its fast path: parse_tags, then the move names."""
+  action = parse_tags(text)
+  if action.kind is ActionKind.MALFORMED:
+    return [], FailureCode.MALFORMED_CALL
+  if action.kind is ActionKind.TOOL_CALL:
+    return [], FailureCode.UNKNOWN_TOOL
+  words = re.split(r"[\s,;|]+", action.text.strip())
+  if len(words) > max_moves or any(
+    w.lower() not in sk.MOVE_INDEX for w in words
+  ):
+    return [], FailureCode.BAD_ARGUMENTS
+  return [sk.MOVE_INDEX[w.lower()] for w in words], None
+
+
+_PIECES = st.sampled_from(
+  [
+    "<answer>",
+    "</answer>",
+    "<think>",
+    "</think>",
+    "<search>",
+    " ",
+    "\n",
+    ",",
+    "||",
+    "Up",
+    "down",
+    "LEFT",
+    "x",
+    "",
+    "\t",
+  ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+  text=st.one_of(
+    st.text(max_size=30), st.lists(_PIECES, max_size=10).map("".join)
+  ),
+  max_moves=st.integers(1, 3),
+)
+def test_parse_moves_fast_path_agrees_with_parse_tags(text, max_moves):
+  moves, failure, _ = sk.parse_moves(text, sk.MOVE_INDEX, max_moves)
+  assert (moves, failure) == _reference_moves(text, max_moves)
