@@ -8,7 +8,9 @@ Seeds are laid out so that splits can never share a task: split `s` (its
 index in `SPLITS`) owns the seeds `[s * SPLIT_SEED_STRIDE, (s + 1) *
 SPLIT_SEED_STRIDE)`, and inside it difficulty `d` starts at `d *
 DIFFICULTY_SEED_STRIDE`. Two entries for the same (split, env, difficulty)
-continue one seed sequence instead of repeating it.
+continue one seed sequence instead of repeating it. A seed whose generator
+raises is skipped (recorded in `TaskPool.skipped`) and the sequence moves on,
+so a pool stays a pure function of its spec.
 
 Negative tasks (tags in `NEGATIVE_TAGS`) are kept: a policy that never sees
 an unsolvable or out-of-scope request never learns to decline. With
@@ -58,6 +60,25 @@ class DuplicateTaskError(ValueError):
 
 class SamplerStateError(ValueError):
   """A sampler state does not belong to this pool or filter."""
+
+
+class TaskGenerationError(RuntimeError):
+  """An environment's generator kept rejecting seeds."""
+
+
+# Consecutive seeds a generator may reject before the pool gives up.
+MAX_REJECTED_SEEDS = 32
+
+
+@dataclasses.dataclass(frozen=True)
+class SkippedSeed:
+  """A seed whose `generate_task` raised; the pool moved to the next one."""
+
+  family: str
+  split: str
+  difficulty: int
+  seed: int
+  error: str
 
 
 def split_seed_range(split: str) -> range:
@@ -190,6 +211,8 @@ class TaskPool:
         raise DuplicateTaskError(f"task id {t.id!r} appears twice")
       seen.add(t.id)
     self._tasks = tuple(tasks)
+    # Seeds an environment's generator rejected while building (from_envs).
+    self.skipped: tuple[SkippedSeed, ...] = ()
 
   @classmethod
   def from_envs(cls, spec: Sequence[PoolEntry | Mapping[str, Any]]) -> TaskPool:
@@ -199,13 +222,27 @@ class TaskPool:
     ]
     next_index: collections.Counter = collections.Counter()
     tasks: list[Task] = []
+    skipped: list[SkippedSeed] = []
 
     def generate(env: Environment, family: str, split: str, d: int) -> Task:
+      # Generators may reject a seed (no valid instance); the next seed of the
+      # same sequence is tried, which keeps the pool a function of the spec.
       key = (split, family, d)
-      seed = task_seed(split, d, next_index[key])
-      next_index[key] += 1
-      task = env.generate_task(seed, d)
-      return dataclasses.replace(task, split=split)
+      errors = []
+      while len(errors) < MAX_REJECTED_SEEDS:
+        seed = task_seed(split, d, next_index[key])
+        next_index[key] += 1
+        try:
+          task = env.generate_task(seed, d)
+        except Exception as e:  # noqa: BLE001 - any generator error rejects
+          errors.append(SkippedSeed(family, split, d, seed, repr(e)))
+          continue
+        skipped.extend(errors)
+        return dataclasses.replace(task, split=split)
+      raise TaskGenerationError(
+        f"{family!r} rejected {MAX_REJECTED_SEEDS} seeds in a row at "
+        f"difficulty {d}; last error: {errors[-1].error}"
+      )
 
     refuser = OutOfScope()
     for entry in entries:
@@ -224,7 +261,9 @@ class TaskPool:
           tasks.extend(batch)
       finally:
         env.close()
-    return cls(tasks)
+    pool = cls(tasks)
+    pool.skipped = tuple(skipped)
+    return pool
 
   @property
   def tasks(self) -> tuple[Task, ...]:

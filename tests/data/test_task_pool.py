@@ -264,3 +264,37 @@ def test_sokoban_pool_has_held_out_split_and_added_negatives():
       assert dataclasses.replace(t, split="train") == env.generate_task(
         t.seed, t.difficulty
       )
+
+
+class Picky(Counter):
+  """Rejects odd seeds, or every seed with `reject_all`."""
+
+  def __init__(self, reject_all: bool = False):
+    super().__init__()
+    self.reject_all = reject_all
+
+  def generate_task(self, seed, difficulty=0):
+    if self.reject_all or seed % 2:
+      raise RuntimeError(f"no instance for {seed}")
+    return super().generate_task(seed, difficulty)
+
+
+if "test_picky_data" not in envs.registered():
+  envs.register("test_picky_data")(Picky)
+
+
+def test_rejected_seeds_are_skipped_deterministically():
+  pool = TaskPool.from_envs([dict(env="test_picky_data", counts=[3])])
+  assert [t.seed for t in pool] == [0, 2, 4]
+  assert [s.seed for s in pool.skipped] == [1, 3]
+  assert "no instance for 1" in pool.skipped[0].error
+  again = TaskPool.from_envs([dict(env="test_picky_data", counts=[3])])
+  assert again == pool
+  with pytest.raises(pool_lib.TaskGenerationError, match="rejected 32 seeds"):
+    TaskPool.from_envs(
+      [
+        dict(
+          env="test_picky_data", counts=[1], env_options={"reject_all": True}
+        )
+      ]
+    )
