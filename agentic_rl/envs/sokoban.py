@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import heapq
 import re
 from typing import NamedTuple
@@ -185,6 +186,13 @@ class _Renderer:
     p = state.player
     grid[p + p // w] = 43 if p in targets else 64  # '+' or '@'
     return grid.decode("ascii")
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled(rows: tuple[str, ...]) -> tuple[Level, State, _Renderer]:
+  """Parsed level and renderer, shared by every reset of the same level."""
+  level, state = parse_level(list(rows))
+  return level, state, _Renderer(level)
 
 
 def level_rows(level: Level, state: State) -> list[str]:
@@ -489,8 +497,9 @@ class Sokoban(Environment):
 
   def reset(self, task: Task, seed: int = 0) -> str:
     del seed  # Sokoban is deterministic; the level fixes everything.
-    self.level, self.state = parse_level(task.payload["rows"])
-    self._render = _Renderer(self.level)
+    self.level, self.state, self._render = _compiled(
+      tuple(task.payload["rows"])
+    )
     self._on_target = len(self.state.boxes & self.level.targets)
     self.steps = 0
     self.done = False
@@ -572,7 +581,12 @@ class Sokoban(Environment):
       self.done,
       None,
       key,
-      {"moves": taken, "noops": noops, "solved": solved},
+      {
+        "moves": taken,
+        "noops": noops,
+        "boxes_on_target": on_target,
+        "solved": solved,
+      },
     )
 
 
