@@ -47,6 +47,8 @@ from agentic_rl.types import (
 
 TRACE_KEY = "reward_trace"
 VERIFIER_PREFIX = "verifier/"
+# Built-in environments report their verdict as `success`, except these.
+DEFAULT_OUTCOME_KEYS = {"sokoban": "solved"}
 
 
 class NonFiniteRewardError(ValueError):
@@ -93,7 +95,9 @@ class RewardStack:
   """Scores turns and trajectories; see the module docstring for layers."""
 
   outcome_key: str = "success"
-  outcome_keys: Mapping[str, str] = dataclasses.field(default_factory=dict)
+  outcome_keys: Mapping[str, str] = dataclasses.field(
+    default_factory=lambda: dict(DEFAULT_OUTCOME_KEYS)
+  )
   verifier_weights: Mapping[str, float] = dataclasses.field(
     default_factory=dict
   )
@@ -102,7 +106,7 @@ class RewardStack:
   process_signals: tuple[str, ...] = ("valid_action",)
   process_weight: float = 0.0
   failure_policies: Mapping[FailureCode, FailurePolicy] = dataclasses.field(
-    default_factory=failure_policies_from_config
+    default_factory=lambda: failure_policies_from_config(None)
   )
   failure_weight: float = 1.0
   refusal_tags: tuple[str, ...] = refusal_lib.DEFAULT_REFUSAL_TAGS
@@ -219,6 +223,8 @@ class RewardStack:
         signals such as `novel_state` need them); must have `turn_index`
         entries when given.
       turn: the turn itself, with its parsed action, if already built.
+        Judges and the refusal verifier read the action, so pass it for
+        them; without it a turn counts as having no action.
 
     Returns:
       (reward, weighted components, process score).
@@ -319,11 +325,13 @@ def default_config() -> ml_collections.ConfigDict:
   cfg.verifier = ml_collections.ConfigDict()
   cfg.verifier.outcome_key = "success"
   # Families whose environments name their verdict differently.
-  cfg.verifier.outcome_keys = ml_collections.ConfigDict({"sokoban": "solved"})
+  cfg.verifier.outcome_keys = ml_collections.ConfigDict(DEFAULT_OUTCOME_KEYS)
   cfg.verifier.weights = ml_collections.ConfigDict()  # component -> weight
   cfg.verifier.default_weight = 1.0
   cfg.verifier.success_threshold = 0.5
   cfg.process = ml_collections.ConfigDict()
+  # Names from rewards.process, or "env:<component>" to read an environment
+  # component (the tool environments report "env:progress").
   cfg.process.signals = ("valid_action",)
   cfg.process.weight = 0.0  # computed and traced, but unweighted by default
   cfg.failure = ml_collections.ConfigDict()

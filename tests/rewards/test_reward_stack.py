@@ -394,3 +394,7 @@ def test_reward_is_sum_of_weighted_and_scales_with_weights(comps, scale, pw):
     for k, v in rec["raw"].items():
       assert rec["weighted"][k] == pytest.approx(rec["weights"][k] * v)
     assert tb.reward == pytest.approx(scale * ta.reward, abs=1e-9)
+
+
+def test_dataclass_defaults_match_default_config():
+  assert rewards.RewardStack() == rewards.from_config(rewards.default_config())
