@@ -6,7 +6,6 @@ import math
 
 import numpy as np
 import pytest
-from counter_env import NAME
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,6 +13,13 @@ from agentic_rl.data.curriculum import SuccessRateCurriculum
 from agentic_rl.data.pool import TaskPool
 from agentic_rl.data.replay import ReplayBuffer
 from agentic_rl.types import Task, Trajectory, Turn
+
+# counter_env sits beside this file; how it imports depends on whether the
+# test folders are packages, which this file does not control.
+try:
+  from counter_env import NAME
+except ImportError:
+  from tests.data.counter_env import NAME
 
 
 def curriculum(**kw):

@@ -6,7 +6,6 @@ import json
 
 import numpy as np
 import pytest
-from counter_env import NAME, Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,6 +19,13 @@ from agentic_rl.data.pool import (
   task_seed,
 )
 from agentic_rl.types import Action, ActionKind, Trajectory, Turn
+
+# counter_env sits beside this file; how it imports depends on whether the
+# test folders are packages, which this file does not control.
+try:
+  from counter_env import NAME, Counter
+except ImportError:
+  from tests.data.counter_env import NAME, Counter
 
 
 def spec(**kw):

@@ -7,13 +7,19 @@ import sys
 
 import pytest
 import tensorflow_datasets as tfds
-from counter_env import NAME
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentic_rl.data import tfds_pool
 from agentic_rl.data.pool import TaskPool
 from agentic_rl.types import Task
+
+# counter_env sits beside this file; how it imports depends on whether the
+# test folders are packages, which this file does not control.
+try:
+  from counter_env import NAME
+except ImportError:
+  from tests.data.counter_env import NAME
 
 
 def dump(pool: TaskPool) -> list[str]:
