@@ -1,0 +1,40 @@
+"""Credit-assignment estimators: pure, jittable functions of arrays.
+
+Outcome level (`adv_B`): `grpo` (Dr.GRPO with normalize_std=False), `rloo`,
+`reinforce_pp_baseline`. Turn level (`adv_BxT`): `discounted_returns`,
+`gigpo`, `turn_discounted`, `prm_weighted`. Token level: `gae`. Configs pick
+one by name through the registry (`get`, `register`, `from_config`);
+`types.turns_to_tokens` broadcasts `adv_BxT` to tokens.
+
+Singleton groups (a group, or baseline set, of one), where reference
+implementations disagree, are a named option `singleton`: "raw" (mean 0,
+std 1: the advantage is the value itself; verl's GRPO and GiGPO episode
+convention, default for grpo/gigpo) or "zero" (no baseline, no signal;
+default for rloo, turn_discounted; always used for GiGPO's step groups, as
+the paper specifies).
+"""
+
+from agentic_rl.estimators.gae import gae
+from agentic_rl.estimators.outcome import grpo, reinforce_pp_baseline, rloo
+from agentic_rl.estimators.registry import from_config, get, names, register
+from agentic_rl.estimators.turn import (
+  discounted_returns,
+  gigpo,
+  prm_weighted,
+  turn_discounted,
+)
+
+__all__ = [
+  "discounted_returns",
+  "from_config",
+  "gae",
+  "get",
+  "gigpo",
+  "grpo",
+  "names",
+  "prm_weighted",
+  "register",
+  "reinforce_pp_baseline",
+  "rloo",
+  "turn_discounted",
+]

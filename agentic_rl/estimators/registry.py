@@ -1,0 +1,138 @@
+"""Estimators by name, so configs and notebooks select them.
+
+A registered estimator is `fn(batch: TrajectoryBatch, **hparams) -> adv_BxT`.
+Register a new one in a notebook with
+
+  @estimators.register("my_estimator")
+  def my_estimator(batch, *, scale=1.0):
+    return scale * batch.turn_reward_BxT * batch.turn_mask_BxT
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+from agentic_rl.estimators import outcome, turn
+from agentic_rl.types import TrajectoryBatch
+
+Estimator = Callable[..., jax.Array]
+_REGISTRY: dict[str, Estimator] = {}
+
+
+def register(name: str, *, overwrite: bool = False):
+  """Decorator adding `fn(batch, **hparams) -> adv_BxT` under `name`."""
+
+  def wrap(fn: Estimator) -> Estimator:
+    if name in _REGISTRY and not overwrite:
+      raise ValueError(
+        f"estimator {name!r} is already registered; pass "
+        "overwrite=True to replace it"
+      )
+    _REGISTRY[name] = fn
+    return fn
+
+  return wrap
+
+
+def get(name: str) -> Estimator:
+  if name not in _REGISTRY:
+    raise KeyError(
+      f"unknown estimator {name!r}; registered: {sorted(_REGISTRY)}"
+    )
+  return _REGISTRY[name]
+
+
+def names() -> list[str]:
+  return sorted(_REGISTRY)
+
+
+def from_config(config: Any) -> Callable[[TrajectoryBatch], jax.Array]:
+  """`config.name` picks the estimator; every other field is a hparam.
+
+  Works with an ml_collections ConfigDict or a plain dict.
+  """
+  cfg = dict(config.to_dict() if hasattr(config, "to_dict") else config)
+  if "name" not in cfg:
+    raise ValueError(
+      f"estimator config needs a 'name' field; registered: {sorted(_REGISTRY)}"
+    )
+  fn = get(cfg.pop("name"))
+  return functools.partial(fn, **cfg)
+
+
+def _per_turn(adv_B: jax.Array, batch: TrajectoryBatch) -> jax.Array:
+  return adv_B[:, None] * batch.turn_mask_BxT
+
+
+def _traj_mask(batch: TrajectoryBatch) -> jax.Array:
+  return (batch.turn_mask_BxT.sum(axis=1) > 0).astype("float32")
+
+
+@register("grpo")
+def _grpo(batch, *, normalize_std=True, eps=1e-6, singleton="raw"):
+  adv_B = outcome.grpo(
+    batch.outcome_B,
+    batch.group_id_B,
+    normalize_std=normalize_std,
+    eps=eps,
+    singleton=singleton,
+    traj_mask_B=_traj_mask(batch),
+  )
+  return _per_turn(adv_B, batch)
+
+
+@register("dr_grpo")
+def _dr_grpo(batch, *, eps=1e-6, singleton="raw"):
+  return _grpo(batch, normalize_std=False, eps=eps, singleton=singleton)
+
+
+@register("rloo")
+def _rloo(batch, *, singleton="zero"):
+  adv_B = outcome.rloo(
+    batch.outcome_B,
+    batch.group_id_B,
+    singleton=singleton,
+    traj_mask_B=_traj_mask(batch),
+  )
+  return _per_turn(adv_B, batch)
+
+
+@register("reinforce_pp")
+def _reinforce_pp(batch, *, eps=1e-6):
+  adv_B = outcome.reinforce_pp_baseline(
+    batch.outcome_B, batch.group_id_B, eps=eps, traj_mask_B=_traj_mask(batch)
+  )
+  return _per_turn(adv_B, batch)
+
+
+@register("gigpo")
+def _gigpo(batch, **hparams):
+  return turn.gigpo(
+    batch.turn_reward_BxT,
+    batch.turn_mask_BxT,
+    batch.group_id_B,
+    batch.anchor_id_BxT,
+    **hparams,
+  )
+
+
+@register("turn_discounted")
+def _turn_discounted(batch, **hparams):
+  return turn.turn_discounted(
+    batch.turn_reward_BxT, batch.turn_mask_BxT, batch.group_id_B, **hparams
+  )
+
+
+@register("prm_weighted")
+def _prm_weighted(batch, **hparams):
+  return turn.prm_weighted(
+    batch.outcome_B,
+    batch.group_id_B,
+    batch.process_score_BxT,
+    batch.turn_mask_BxT,
+    **hparams,
+  )
