@@ -1,0 +1,414 @@
+"""The update step, shared by RL, SFT and DPO; the host minibatch loop.
+
+One module-level pure function, `update_step(state, inputs, loss_fn,
+config)`, does an optimizer update: it splits `inputs` into microbatches,
+accumulates gradients in-graph with a `lax.scan`, clips, applies AdamW and
+returns the new state and metrics. RL (`train_step`), SFT
+(`agentic_rl.train.sft`) and DPO (`agentic_rl.train.dpo`) differ only in the
+`loss_fn` they plug in: `loss_fn(model, microbatch) -> (loss, metrics)`.
+
+`jit_step` jits such a step with explicit shardings (state from the
+`Layout`, every input leaf split by rows over the data-parallel axes,
+metrics replicated) and donates the state. The NNX idiom is documented in
+`agentic_rl.train.state`: split/merge around a plain `jax.jit`.
+
+Minibatches and epochs are a *host* loop (`run_epochs`) over calls of the
+jitted step: each call is one optimizer update on one minibatch. We chose
+the host loop over a `lax.scan` of minibatches because it lets the loop
+check each step's loss (STYLE.md item 9) one step behind without stalling
+the device, log per-update metrics, and keeps one compiled step for every
+number of minibatches and epochs.
+
+Gradient accumulation: the microbatch losses are averaged, so the update
+equals the full-minibatch update exactly for aggregation modes that average
+rows (`seq-mean-*`) when every microbatch has the same number of valid rows;
+for `token-mean` each microbatch is normalized by its own token count.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from agentic_rl import losses
+from agentic_rl import sharding as shd
+from agentic_rl.train.state import (
+  Layout,
+  ModelState,
+  OptimizerConfig,
+  TrainState,
+  make_optimizer,
+  make_schedule,
+)
+from agentic_rl.types import TrajectoryBatch
+
+Metrics = dict[str, jax.Array]
+LossFn = Callable[[nnx.Module, Any], tuple[jax.Array, Metrics]]
+
+
+class NonFiniteLossError(FloatingPointError):
+  """The loss (or gradient norm) of an update was NaN or infinite.
+
+  The offending update was not applied (see `update_step`). `state`, when
+  set by `run_steps`, is the newest state (the donated input is gone), so it
+  can still be checkpointed or inspected.
+  """
+
+  def __init__(self, step: int, metrics: dict[str, float], state: Any = None):
+    self.step = step
+    self.metrics = metrics
+    self.state = state
+    super().__init__(
+      f"non-finite loss at train step {step}: loss={metrics.get('loss')}, "
+      f"grad_norm={metrics.get('grad_norm')}"
+    )
+
+
+class BatchShapeError(ValueError):
+  """A batch cannot be split as the step config asks."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StepConfig:
+  """Static settings of an update (hashable; closed over by jit)."""
+
+  optimizer: OptimizerConfig = OptimizerConfig()
+  loss: losses.PolicyLossConfig = losses.PolicyLossConfig()
+  num_microbatches: int = 1
+
+  def __post_init__(self):
+    if self.num_microbatches < 1:
+      raise BatchShapeError(
+        f"num_microbatches must be >= 1: {self.num_microbatches}"
+      )
+
+
+# ---------------------------------------------------------------------------
+# The generic update.
+
+
+def _rows(inputs: Any) -> int:
+  sizes = {x.shape[0] for x in jax.tree.leaves(inputs)}
+  if len(sizes) != 1:
+    raise BatchShapeError(f"input leaves disagree on rows: {sorted(sizes)}")
+  return sizes.pop()
+
+
+def split_microbatches(inputs: Any, num: int) -> Any:
+  """[B, ...] -> [num, B/num, ...], microbatch m taking rows m, m+num, ...
+
+  Strided, not contiguous: rows are laid out over the data-parallel devices
+  in contiguous blocks, so striding keeps every microbatch spread over all
+  of them (no device idles while another does a whole microbatch).
+  """
+  b = _rows(inputs)
+  if b % num:
+    raise BatchShapeError(f"batch of {b} rows not divisible into {num} parts")
+
+  def one(x: jax.Array) -> jax.Array:
+    return x.reshape(b // num, num, *x.shape[1:]).swapaxes(0, 1)
+
+  return jax.tree.map(one, inputs)
+
+
+def _finite_or(new: Any, old: Any, ok: jax.Array) -> Any:
+  return jax.tree.map(lambda n, o: jnp.where(ok, n, o), new, old)
+
+
+def update_step(
+  state: TrainState,
+  inputs: Any,
+  loss_fn: LossFn,
+  config: StepConfig,
+) -> tuple[TrainState, Metrics]:
+  """One optimizer update on `inputs` (a pytree of [B, ...] arrays).
+
+  A non-finite loss or gradient leaves params, optimizer state and step
+  unchanged (`metrics["finite"]` is 0) so the host guard can raise with a
+  usable state in hand.
+  """
+  model = state.model
+
+  def loss_of(params: nnx.State, micro: Any) -> tuple[jax.Array, Metrics]:
+    return loss_fn(nnx.merge(model.graphdef, params, model.rest), micro)
+
+  grad_fn = jax.value_and_grad(loss_of, has_aux=True)
+  m = config.num_microbatches
+  if m == 1:
+    (loss, metrics), grads = grad_fn(model.params, inputs)
+  else:
+    micro = split_microbatches(inputs, m)
+
+    def accumulate(acc: Any, mb: Any) -> tuple[Any, tuple[Any, Metrics]]:
+      (mb_loss, mb_metrics), g = grad_fn(model.params, mb)
+      return jax.tree.map(jnp.add, acc, g), (mb_loss, mb_metrics)
+
+    zeros = jax.tree.map(jnp.zeros_like, model.params)
+    grad_sum, (loss_M, metrics_M) = jax.lax.scan(accumulate, zeros, micro)
+    grads = jax.tree.map(lambda g: g / m, grad_sum)
+    loss = jnp.mean(loss_M)
+    metrics = jax.tree.map(lambda x: jnp.mean(x, axis=0), metrics_M)
+
+  grad_norm = optax.global_norm(grads)
+  ok = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+  tx = make_optimizer(config.optimizer)
+  updates, opt_state = tx.update(grads, state.opt_state, model.params)
+  params = optax.apply_updates(model.params, updates)
+  new_state = state.replace(
+    model=model.replace(params=_finite_or(params, model.params, ok)),
+    opt_state=_finite_or(opt_state, state.opt_state, ok),
+    step=state.step + ok.astype(state.step.dtype),
+  )
+  metrics = dict(metrics)
+  metrics.update(
+    loss=loss,
+    grad_norm=grad_norm,
+    update_norm=optax.global_norm(updates),
+    learning_rate=make_schedule(config.optimizer)(state.step),
+    finite=ok.astype(jnp.float32),
+    step=state.step,
+  )
+  return new_state, metrics
+
+
+def jit_step(
+  step_fn: Callable[[TrainState, Any], tuple[TrainState, Metrics]],
+  layout: Layout,
+) -> Callable[[TrainState, Any], tuple[TrainState, Metrics]]:
+  """`jax.jit(step_fn)` with the layout's shardings; the state is donated.
+
+  Sharding constraints inside the model (`sharding.constrain`) are active
+  while tracing. The returned callable checks that the rows split evenly
+  over the data-parallel devices before dispatching.
+  """
+
+  def traced(state: TrainState, inputs: Any):
+    with shd.use_rules(layout.mesh, layout.rules):
+      return step_fn(state, inputs)
+
+  jitted = jax.jit(
+    traced,
+    in_shardings=(layout.state, layout.data),
+    out_shardings=(layout.state, layout.replicated),
+    donate_argnums=0,
+  )
+  dp = layout.data_parallel_size
+
+  @functools.wraps(step_fn)
+  def call(state: TrainState, inputs: Any) -> tuple[TrainState, Metrics]:
+    b = _rows(inputs)
+    if b % dp:
+      raise BatchShapeError(
+        f"{b} rows do not split over {dp} data-parallel devices"
+      )
+    return jitted(state, inputs)
+
+  call.jitted = jitted  # for .lower() / cost analysis
+  return call
+
+
+# ---------------------------------------------------------------------------
+# RL: the clipped policy-gradient step.
+
+
+@flax.struct.dataclass
+class PolicyInputs:
+  """What an RL update needs, all row-aligned ([B, ...] leaves).
+
+  Per-turn advantages become per-token ones with
+  `types.turns_to_tokens(adv_BxT, batch.turn_id_BxL)`. `ref_logp_BxL` is
+  None when the KL term is off; `old_logp_BxL` defaults to the batch's
+  behaviour log-probs (set it to recomputed ones from `compute_logp` to
+  correct for sampler/trainer numerics).
+  """
+
+  batch: TrajectoryBatch
+  adv_BxL: jax.Array
+  ref_logp_BxL: jax.Array | None = None
+  old_logp_BxL: jax.Array | None = None
+
+
+def policy_loss_fn(
+  model: nnx.Module, inputs: PolicyInputs, config: losses.PolicyLossConfig
+) -> tuple[jax.Array, Metrics]:
+  """Forward pass + `losses.policy_loss` on one (micro)batch."""
+  batch = inputs.batch
+  logits_BxLxV = model(batch.tokens_BxL)
+  logp_BxL, entropy_BxL = losses.token_logp_and_entropy(
+    logits_BxLxV, batch.tokens_BxL
+  )
+  old_BxL = (
+    batch.behaviour_logp_BxL
+    if inputs.old_logp_BxL is None
+    else inputs.old_logp_BxL
+  )
+  return losses.policy_loss(
+    logp_BxL,
+    old_BxL,
+    inputs.adv_BxL,
+    batch.loss_mask_BxL,
+    config,
+    ref_logp_BxL=inputs.ref_logp_BxL,
+    entropy_BxL=entropy_BxL,
+  )
+
+
+def train_step(
+  state: TrainState,
+  batch: TrajectoryBatch,
+  adv_BxL: jax.Array,
+  ref_logp_BxL: jax.Array | None,
+  config: StepConfig,
+  old_logp_BxL: jax.Array | None = None,
+) -> tuple[TrainState, Metrics]:
+  """One RL update on a minibatch (pure; jit it with `make_train_step`)."""
+  inputs = PolicyInputs(batch, adv_BxL, ref_logp_BxL, old_logp_BxL)
+  loss_fn = functools.partial(policy_loss_fn, config=config.loss)
+  return update_step(state, inputs, loss_fn, config)
+
+
+def make_train_step(
+  config: StepConfig, layout: Layout
+) -> Callable[[TrainState, PolicyInputs], tuple[TrainState, Metrics]]:
+  """The jitted RL step: `(state, PolicyInputs) -> (state, metrics)`."""
+
+  def step(state: TrainState, inputs: PolicyInputs):
+    return train_step(
+      state,
+      inputs.batch,
+      inputs.adv_BxL,
+      inputs.ref_logp_BxL,
+      config,
+      inputs.old_logp_BxL,
+    )
+
+  return jit_step(step, layout)
+
+
+# ---------------------------------------------------------------------------
+# Log-prob recomputation (reference / behaviour policy).
+
+
+@functools.partial(jax.jit, static_argnames=("num_chunks",))
+def compute_logp(
+  model_state: ModelState, tokens_BxL: jax.Array, num_chunks: int = 1
+) -> jax.Array:
+  """Token log-probs under `model_state`, aligned as `losses.token_logp`.
+
+  `num_chunks` > 1 runs the rows in sequential chunks to bound the [B, L, V]
+  logits memory. Shardings follow the (committed) inputs.
+  """
+  b = tokens_BxL.shape[0]
+  if b % num_chunks:
+    raise BatchShapeError(f"{b} rows not divisible into {num_chunks} chunks")
+
+  def one(tokens_CxL: jax.Array) -> jax.Array:
+    model = model_state.merge()
+    return losses.token_logp(model(tokens_CxL), tokens_CxL)
+
+  if num_chunks == 1:
+    return one(tokens_BxL)
+  chunks = tokens_BxL.reshape(num_chunks, b // num_chunks, -1)
+  return jax.lax.map(one, chunks).reshape(b, -1)
+
+
+# ---------------------------------------------------------------------------
+# Host loop: epochs x minibatches, with the one-behind finiteness guard.
+
+
+@jax.jit
+def _take_rows(inputs: Any, rows_N: jax.Array) -> Any:
+  return jax.tree.map(lambda x: jnp.take(x, rows_N, axis=0), inputs)
+
+
+def select_rows(inputs: Any, rows_N: np.ndarray, layout: Layout) -> Any:
+  """Gathers rows on device (async) and lays them out for the step."""
+  picked = _take_rows(inputs, jnp.asarray(rows_N, jnp.int32))
+  return jax.device_put(picked, layout.data)
+
+
+def minibatch_order(
+  num_rows: int, minibatch_size: int, num_epochs: int, seed: int
+) -> Iterator[np.ndarray]:
+  """Row indices of each minibatch: a fresh permutation per epoch.
+
+  Deterministic in `seed` (host numpy), so a resumed run replays the order.
+  Trailing rows that do not fill a minibatch are dropped for that epoch.
+  """
+  if minibatch_size < 1 or minibatch_size > num_rows:
+    raise BatchShapeError(
+      f"minibatch_size {minibatch_size} must be in [1, {num_rows}]"
+    )
+  rng = np.random.default_rng(seed)
+  for _ in range(num_epochs):
+    perm = rng.permutation(num_rows)
+    for i in range(num_rows // minibatch_size):
+      yield perm[i * minibatch_size : (i + 1) * minibatch_size]
+
+
+def _fetch_checked(metrics: Metrics) -> dict[str, float]:
+  host = {k: float(v) for k, v in jax.device_get(metrics).items()}
+  if not host.get("finite", 1.0) or not np.isfinite(host["loss"]):
+    raise NonFiniteLossError(int(host["step"]), host)
+  return host
+
+
+def run_steps(
+  step_fn: Callable[[TrainState, Any], tuple[TrainState, Metrics]],
+  state: TrainState,
+  inputs_iter: Iterable[Any],
+  on_metrics: Callable[[dict[str, float]], None] | None = None,
+) -> tuple[TrainState, list[dict[str, float]]]:
+  """Calls `step_fn` on each input; returns the state and host metrics.
+
+  Step N's metrics are fetched only after step N+1 is dispatched, so the
+  device never waits on the host. A non-finite loss raises
+  `NonFiniteLossError` naming its step, with the newest state attached
+  (at most one further update was dispatched after the bad one).
+  """
+  history: list[dict[str, float]] = []
+  pending: Metrics | None = None
+
+  def drain(metrics: Metrics) -> None:
+    try:
+      history.append(_fetch_checked(metrics))
+    except NonFiniteLossError as e:
+      e.state = state
+      raise
+    if on_metrics is not None:
+      on_metrics(history[-1])
+
+  for inputs in inputs_iter:
+    state, metrics = step_fn(state, inputs)
+    if pending is not None:
+      drain(pending)
+    pending = metrics
+  if pending is not None:
+    drain(pending)
+  return state, history
+
+
+def run_epochs(
+  step_fn: Callable[[TrainState, Any], tuple[TrainState, Metrics]],
+  state: TrainState,
+  inputs: Any,
+  layout: Layout,
+  *,
+  minibatch_size: int,
+  num_epochs: int = 1,
+  seed: int = 0,
+  on_metrics: Callable[[dict[str, float]], None] | None = None,
+) -> tuple[TrainState, list[dict[str, float]]]:
+  """Several epochs of shuffled minibatch updates over one rollout batch."""
+  order = minibatch_order(_rows(inputs), minibatch_size, num_epochs, seed)
+  minibatches = (select_rows(inputs, rows, layout) for rows in order)
+  return run_steps(step_fn, state, minibatches, on_metrics)
