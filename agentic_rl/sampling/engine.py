@@ -30,6 +30,8 @@ from agentic_rl import sharding as shd
 from agentic_rl.models.transformer import CACHE_AXES, KVCache
 from agentic_rl.sampling.select import select_tokens
 
+Mesh = jax.sharding.Mesh
+
 
 class StopReason(enum.IntEnum):
   """Why a row stopped decoding (`DecodeOutput.reason_S`)."""
@@ -104,18 +106,23 @@ def prefill(
   tokens_SxC: jax.Array,
   n_new_S: jax.Array,
   reset_S: jax.Array,
+  *,
+  mesh: Mesh | None = None,
+  rules: shd.Rules = (),
 ) -> SamplerState:
   """Replaces the context of rows `reset_S` with their prompts.
 
   Rows with reset_S False must have n_new_S 0 and are left unchanged.
   Old cache entries of a reset row are not cleared: they lie beyond its new
-  length and are masked until overwritten.
+  length and are masked until overwritten. `mesh`/`rules` (static) activate
+  the activation sharding constraints.
   """
-  model = nnx.merge(graphdef, params)
-  state = state.replace(
-    lengths_S=jnp.where(reset_S, 0, state.lengths_S).astype(jnp.int32)
-  )
-  return _append(model, state, tokens_SxC, n_new_S)
+  with shd.use_rules(mesh, rules):
+    model = nnx.merge(graphdef, params)
+    state = state.replace(
+      lengths_S=jnp.where(reset_S, 0, state.lengths_S).astype(jnp.int32)
+    )
+    return _append(model, state, tokens_SxC, n_new_S)
 
 
 def extend(
@@ -124,10 +131,14 @@ def extend(
   state: SamplerState,
   tokens_SxC: jax.Array,
   n_new_S: jax.Array,
+  *,
+  mesh: Mesh | None = None,
+  rules: shd.Rules = (),
 ) -> SamplerState:
   """Appends a ragged chunk (n_new_S tokens per row) after each row's end."""
-  model = nnx.merge(graphdef, params)
-  return _append(model, state, tokens_SxC, n_new_S)
+  with shd.use_rules(mesh, rules):
+    model = nnx.merge(graphdef, params)
+    return _append(model, state, tokens_SxC, n_new_S)
 
 
 def decode(
@@ -144,6 +155,8 @@ def decode(
   *,
   max_new: int,
   filtered: bool,
+  mesh: Mesh | None = None,
+  rules: shd.Rules = (),
 ) -> tuple[SamplerState, DecodeOutput]:
   """Decodes every active row until its stop id, budget or a full cache.
 
@@ -153,7 +166,36 @@ def decode(
   Step t uses `fold_in(key, t)`, so the same key gives the same tokens.
   `budget_S` must be <= `max_new` (static, the output width).
   """
-  model = nnx.merge(graphdef, params)
+  with shd.use_rules(mesh, rules):
+    return _decode_loop(
+      nnx.merge(graphdef, params),
+      state,
+      key,
+      active_S,
+      budget_S,
+      stop_ids_SxM,
+      temperature_S,
+      top_k_S,
+      top_p_S,
+      max_new=max_new,
+      filtered=filtered,
+    )
+
+
+def _decode_loop(
+  model: nnx.Module,
+  state: SamplerState,
+  key: jax.Array,
+  active_S: jax.Array,
+  budget_S: jax.Array,
+  stop_ids_SxM: jax.Array,
+  temperature_S: jax.Array,
+  top_k_S: jax.Array,
+  top_p_S: jax.Array,
+  *,
+  max_new: int,
+  filtered: bool,
+) -> tuple[SamplerState, DecodeOutput]:
   s, max_len = state.lengths_S.shape[0], state.cache.max_len
   no_budget_S = active_S & (budget_S <= 0)
   done_S = ~active_S | no_budget_S
@@ -218,3 +260,25 @@ def decode(
     cond, body, (jnp.int32(0), state, done_S, out)
   )
   return state, out
+
+
+# One compiled cache per process: samplers of the same shapes share
+# executables. graphdef, mesh and rules are static (hashable) arguments.
+_STATIC = ("mesh", "rules")
+prefill_jit = jax.jit(
+  prefill, static_argnums=0, static_argnames=_STATIC, donate_argnames="state"
+)
+extend_jit = jax.jit(
+  extend, static_argnums=0, static_argnames=_STATIC, donate_argnames="state"
+)
+decode_jit = jax.jit(
+  decode,
+  static_argnums=0,
+  static_argnames=("max_new", "filtered", *_STATIC),
+  donate_argnames="state",
+)
+
+
+def num_compilations() -> int:
+  """Compiled variants of prefill + extend + decode in this process."""
+  return sum(f._cache_size() for f in (prefill_jit, extend_jit, decode_jit))

@@ -34,8 +34,7 @@ Typical multi-turn use by a rollout driver::
 from __future__ import annotations
 
 import dataclasses
-import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -81,17 +80,6 @@ class DecodeResult:
   @property
   def num_tokens(self) -> int:
     return sum(len(t) for t in self.tokens)
-
-
-def _with_rules(fn: Callable, mesh: Mesh | None, rules: shd.Rules) -> Callable:
-  """Runs `fn` (at trace time) with the sampler's mesh rules active."""
-
-  @functools.wraps(fn)
-  def wrapped(*args, **kwargs):
-    with shd.use_rules(mesh, rules):
-      return fn(*args, **kwargs)
-
-  return wrapped
 
 
 class Sampler:
@@ -142,18 +130,7 @@ class Sampler:
     self.params = self._place_params(params)
     self.state = self._initial_state()
     self._lengths = np.zeros((num_slots,), np.int64)
-
-    jit = lambda fn, **kw: jax.jit(_with_rules(fn, mesh, self.rules), **kw)
-    self._prefill = jit(
-      engine.prefill, static_argnums=0, donate_argnames="state"
-    )
-    self._extend = jit(engine.extend, static_argnums=0, donate_argnames="state")
-    self._decode = jit(
-      engine.decode,
-      static_argnums=0,
-      static_argnames=("max_new", "filtered"),
-      donate_argnames="state",
-    )
+    self._static = dict(mesh=mesh, rules=self.rules)
 
   # -- setup ---------------------------------------------------------------
 
@@ -206,11 +183,14 @@ class Sampler:
   def cache_bytes_per_slot(self) -> int:
     return self.state.cache.nbytes // self.num_slots
 
-  def num_compilations(self) -> int:
-    """Compiled variants of prefill + extend + decode so far."""
-    return sum(
-      f._cache_size() for f in (self._prefill, self._extend, self._decode)
-    )
+  @staticmethod
+  def num_compilations() -> int:
+    """Compiled variants of prefill + extend + decode in this process.
+
+    The jitted functions are shared by all samplers, so equal shapes compile
+    once per process; compare the count before and after to spot recompiles.
+    """
+    return engine.num_compilations()
 
   def _check_rows(self, what: str, rows: Sequence[int]) -> list[int]:
     rows = [int(r) for r in rows]
@@ -263,16 +243,23 @@ class Sampler:
 
   def prefill(self, rows: Sequence[int], tokens: Sequence[Sequence[int]]):
     """Replaces the context of each row in `rows` with its prompt."""
+    rows = self._check_rows("prefill", rows)
     for r, t in zip(rows, tokens, strict=False):
       if len(t) == 0:
         raise ValueError(f"prefill: row {r} has an empty prompt")
     start = self._lengths.copy()
-    start[list(rows)] = 0
+    start[rows] = 0
     tokens_SxC, n_new_S = self._chunk("prefill", rows, tokens, start)
     reset_S = np.zeros((self.num_slots,), bool)
-    reset_S[list(rows)] = True
-    self.state = self._prefill(
-      self._graphdef, self.params, self.state, tokens_SxC, n_new_S, reset_S
+    reset_S[rows] = True
+    self.state = engine.prefill_jit(
+      self._graphdef,
+      self.params,
+      self.state,
+      tokens_SxC,
+      n_new_S,
+      reset_S,
+      **self._static,
     )
     self._lengths = start + n_new_S
 
@@ -283,8 +270,13 @@ class Sampler:
       if self._lengths[r] == 0:
         raise ValueError(f"extend: row {r} is empty; prefill it first")
     tokens_SxC, n_new_S = self._chunk("extend", rows, tokens, self._lengths)
-    self.state = self._extend(
-      self._graphdef, self.params, self.state, tokens_SxC, n_new_S
+    self.state = engine.extend_jit(
+      self._graphdef,
+      self.params,
+      self.state,
+      tokens_SxC,
+      n_new_S,
+      **self._static,
     )
     self._lengths = self._lengths + n_new_S
 
@@ -340,7 +332,7 @@ class Sampler:
     active_S = np.zeros((self.num_slots,), bool)
     active_S[rows] = True
 
-    self.state, out = self._decode(
+    self.state, out = engine.decode_jit(
       self._graphdef,
       self.params,
       self.state,
@@ -353,6 +345,7 @@ class Sampler:
       top_p_S,
       max_new=max_new,
       filtered=filtered,
+      **self._static,
     )
     tokens_SxT, logp_SxT, num_S, reason_S = jax.device_get(
       (out.tokens_SxT, out.logp_SxT, out.num_tokens_S, out.reason_S)

@@ -1,0 +1,263 @@
+"""Sampler: train/inference consistency, stops, cache limits, compiles."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from agentic_rl import models
+from agentic_rl.models import ModelConfig
+from agentic_rl.sampling import Sampler, StopReason
+
+CONFIG = ModelConfig(
+  vocab_size=128,
+  d_model=64,
+  n_layers=2,
+  n_heads=4,
+  n_kv_heads=2,
+  head_dim=16,
+  mlp_dim=128,
+  qk_norm=True,
+  max_len=64,
+)
+SLOTS, MAX_LEN = 4, 64
+BUDGETS = (1, 2, 4, 8, 16)
+
+
+@pytest.fixture(scope="module")
+def model():
+  return models.build(CONFIG, 0)
+
+
+def make_sampler(model, max_len=MAX_LEN):
+  return Sampler(
+    model,
+    num_slots=SLOTS,
+    max_len=max_len,
+    chunk_buckets=(8, 16, 32, 64),
+    budget_buckets=BUDGETS,
+    max_stop_ids=4,
+  )
+
+
+def _teacher_forced(graphdef, state, tokens_1xL):
+  logits = nnx.merge(graphdef, state)(tokens_1xL)
+  return jax.nn.log_softmax(logits, axis=-1)
+
+
+teacher_forced = jax.jit(_teacher_forced, static_argnums=0)
+
+
+def teacher_logprobs(model, seq):
+  """log p(seq[j] | seq[:j]) for j >= 1 from one forward pass."""
+  graphdef, state = nnx.split(model)
+  padded = np.zeros((1, MAX_LEN), np.int32)  # one shape: one compile
+  padded[0, : len(seq)] = seq
+  logp = np.asarray(teacher_forced(graphdef, state, jnp.asarray(padded)))[0]
+  return np.asarray(
+    [np.nan] + [logp[j - 1, seq[j]] for j in range(1, len(seq))]
+  )
+
+
+def random_ids(rng, n):
+  return rng.integers(0, CONFIG.vocab_size, n).tolist()
+
+
+def run_episode(sampler, rng, key, temperature, stop_ids=()):
+  """prefill, decode, extend, decode, extend, decode over 4 ragged rows.
+
+  Returns each row's full id stream and (start, logps) of every decoded
+  segment, so they can be checked against teacher forcing.
+  """
+  rows = list(range(SLOTS))
+  prompts = [random_ids(rng, n) for n in (3, 11, 17, 6)]
+  sampler.prefill(rows, prompts)
+  seqs = [list(p) for p in prompts]
+  segments = [[] for _ in rows]
+  for turn, (budgets, obs_lens) in enumerate(
+    (
+      ([4, 6, 5, 3], [2, 5, 1, 7]),
+      ([3, 8, 2, 5], [6, 0, 3, 1]),
+      ([5, 2, 7, 4], None),
+    )
+  ):
+    out = sampler.decode(
+      jax.random.fold_in(key, turn),
+      budget=budgets,
+      stop_ids=stop_ids,
+      temperature=temperature,
+    )
+    assert out.rows == rows
+    for r in rows:
+      segments[r].append((len(seqs[r]), out.logprobs[r]))
+      seqs[r] += out.tokens[r].tolist()
+    if obs_lens is not None:
+      obs = [random_ids(rng, n) for n in obs_lens]
+      sampler.extend(rows, obs)
+      for r in rows:
+        seqs[r] += obs[r]
+  return seqs, segments
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_multi_turn_logprobs_match_teacher_forcing(model, temperature):
+  sampler = make_sampler(model)
+  seqs, segments = run_episode(
+    sampler, np.random.default_rng(0), jax.random.key(7), temperature
+  )
+  np.testing.assert_array_equal(sampler.lengths, [len(s) for s in seqs])
+  for seq, segs in zip(seqs, segments, strict=True):
+    reference = teacher_logprobs(model, seq)
+    for start, logp in segs:
+      assert len(logp) > 0
+      np.testing.assert_allclose(
+        logp, reference[start : start + len(logp)], atol=1e-5, rtol=0
+      )
+
+
+def test_greedy_tokens_are_teacher_forced_argmax(model):
+  sampler = make_sampler(model)
+  rng = np.random.default_rng(1)
+  prompt = random_ids(rng, 9)
+  sampler.prefill([0], [prompt])
+  out = sampler.decode(jax.random.key(0), budget=6, rows=[0])
+  seq = prompt + out.tokens[0].tolist()
+  graphdef, state = nnx.split(model)
+  padded = np.zeros((1, MAX_LEN), np.int32)
+  padded[0, : len(seq)] = seq
+  logp = np.asarray(teacher_forced(graphdef, state, jnp.asarray(padded)))[0]
+  argmax = logp[len(prompt) - 1 : len(seq) - 1].argmax(-1)
+  np.testing.assert_array_equal(out.tokens[0], argmax)
+
+
+def test_stop_ids_per_row(model):
+  sampler = make_sampler(model)
+  rng = np.random.default_rng(2)
+  prompts = [random_ids(rng, 5) for _ in range(SLOTS)]
+  sampler.prefill(range(SLOTS), prompts)
+  free = sampler.decode(jax.random.key(0), budget=8)
+  assert all(r == StopReason.BUDGET for r in free.stop_reason)
+  # Same prompts again; row 0 stops at its 3rd greedy token, row 1 has an
+  # unused stop id, rows 2-3 share the row-0 stop id only if they emit it.
+  sampler.prefill(range(SLOTS), prompts)
+  stop = int(free.tokens[0][2])
+  out = sampler.decode(
+    jax.random.key(0),
+    budget=8,
+    stop_ids=[[stop], [], [stop, 0], [stop]],
+  )
+  first = list(free.tokens[0]).index(stop)
+  np.testing.assert_array_equal(out.tokens[0], free.tokens[0][: first + 1])
+  assert out.stop_reason[0] == StopReason.STOP_TOKEN
+  np.testing.assert_array_equal(out.tokens[1], free.tokens[1])
+  assert out.stop_reason[1] == StopReason.BUDGET
+  for r in (2, 3):
+    assert out.tokens[r][-1] in (stop, 0) or len(out.tokens[r]) == 8
+  np.testing.assert_array_equal(
+    sampler.lengths, [5 + len(t) for t in out.tokens]
+  )
+
+
+def test_budget_zero_and_unbucketed_budget(model):
+  sampler = make_sampler(model)
+  sampler.prefill([0, 1], [[1, 2, 3], [4, 5]])
+  out = sampler.decode(jax.random.key(0), budget=[0, 3], rows=[0, 1])
+  assert [len(t) for t in out.tokens] == [0, 3]
+  assert out.stop_reason == [StopReason.BUDGET, StopReason.BUDGET]
+  with pytest.raises(ValueError, match="budget 17 exceeds"):
+    sampler.decode(jax.random.key(0), budget=17, rows=[0])
+
+
+def test_decode_to_cache_end_stops_with_cache_full(model):
+  sampler = make_sampler(model)
+  sampler.prefill([0, 1], [[1] * (MAX_LEN - 3), [2] * 4])
+  out = sampler.decode(jax.random.key(0), budget=8)
+  assert len(out.tokens[0]) == 3
+  assert out.stop_reason[0] == StopReason.CACHE_FULL
+  assert out.stop_reason[1] == StopReason.BUDGET
+  assert sampler.lengths[0] == MAX_LEN
+  again = sampler.decode(jax.random.key(1), budget=2, rows=[0])
+  assert len(again.tokens[0]) == 0
+  assert again.stop_reason[0] == StopReason.CACHE_FULL
+  with pytest.raises(ValueError, match="extend: row 0 would hold 65"):
+    sampler.extend([0], [[5]])
+
+
+def test_host_errors_name_the_row(model):
+  sampler = make_sampler(model)
+  with pytest.raises(ValueError, match="prefill: row 2 would hold 65"):
+    sampler.prefill([1, 2], [[1], [1] * 65])
+  with pytest.raises(ValueError, match="prefill: row 1 has an empty prompt"):
+    sampler.prefill([1], [[]])
+  with pytest.raises(ValueError, match="row 3 has token id 128"):
+    sampler.prefill([3], [[1, 128]])
+  with pytest.raises(ValueError, match="row 1 has token id -1"):
+    sampler.prefill([1], [[-1]])
+  with pytest.raises(ValueError, match="row 4 is not a slot"):
+    sampler.prefill([4], [[1]])
+  with pytest.raises(ValueError, match="duplicates"):
+    sampler.prefill([0, 0], [[1], [2]])
+  with pytest.raises(ValueError, match="decode: row 2 is empty"):
+    sampler.decode(jax.random.key(0), budget=1, rows=[2])
+  with pytest.raises(ValueError, match="extend: row 2 is empty"):
+    sampler.extend([2], [[1]])
+  sampler.prefill([0], [[1] * 60])
+  with pytest.raises(ValueError, match="extend: row 0 would hold 66"):
+    sampler.extend([0], [[1] * 6])
+  with pytest.raises(ValueError, match="row 0 has 5 stop ids"):
+    sampler.decode(jax.random.key(0), budget=1, stop_ids=[1, 2, 3, 4, 5])
+  with pytest.raises(ValueError, match="top_p"):
+    sampler.decode(jax.random.key(0), budget=1, top_p=0.0)
+  # Nothing was dispatched by the failed calls.
+  np.testing.assert_array_equal(sampler.lengths, [60, 0, 0, 0])
+
+
+def test_rows_outside_the_subset_are_untouched(model):
+  sampler = make_sampler(model)
+  rng = np.random.default_rng(3)
+  sampler.prefill(range(SLOTS), [random_ids(rng, 6) for _ in range(SLOTS)])
+  snapshot = jax.device_get(sampler.state)
+  sampler.extend([0, 2], [random_ids(rng, 3), random_ids(rng, 9)])
+  sampler.decode(jax.random.key(0), budget=4, rows=[0], temperature=1.0)
+  after = jax.device_get(sampler.state)
+  np.testing.assert_array_equal(sampler.lengths, [6 + 3 + 4, 6, 6 + 9, 6])
+  for r in (1, 3):
+    for old, new in zip(
+      jax.tree.leaves(snapshot), jax.tree.leaves(after), strict=True
+    ):
+      np.testing.assert_array_equal(old[r], new[r])
+
+
+def test_same_key_same_output_and_seeds_differ(model):
+  def run(seed):
+    sampler = make_sampler(model)
+    sampler.prefill([0, 1], [[5, 6, 7], [8, 9]])
+    out = sampler.decode(
+      jax.random.key(seed), budget=16, temperature=1.0, top_k=50, top_p=0.95
+    )
+    return np.concatenate(out.tokens), np.concatenate(out.logprobs)
+
+  a, b, c = run(0), run(0), run(1)
+  np.testing.assert_array_equal(a[0], b[0])
+  np.testing.assert_array_equal(a[1], b[1])
+  assert not np.array_equal(a[0], c[0])
+
+
+def test_steady_state_multi_turn_does_not_recompile(model):
+  sampler = make_sampler(model)
+  rng = np.random.default_rng(4)
+  run_episode(sampler, rng, jax.random.key(0), 1.0, stop_ids=[3])
+  warm = sampler.num_compilations()
+  for episode in range(2):
+    seqs, _ = run_episode(
+      sampler, rng, jax.random.key(episode + 1), 0.7, stop_ids=[3, 9]
+    )
+  assert sampler.num_compilations() == warm
+
+
+def test_kv_cache_bytes_per_slot(model):
+  sampler = make_sampler(model, max_len=32)
+  expected = 2 * CONFIG.n_layers * 32 * CONFIG.n_kv_heads * CONFIG.head_dim * 4
+  assert sampler.cache_bytes_per_slot == expected
+  assert CONFIG.kv_cache_bytes_per_slot(32) == expected
