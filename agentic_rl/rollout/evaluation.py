@@ -1,0 +1,75 @@
+"""Held-out evaluation: play tasks with the current policy, report rates."""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Sequence
+
+import jax
+
+from agentic_rl.rewards.trace import trace_summary
+from agentic_rl.rollout.driver import Rollout
+from agentic_rl.rollout.metrics import failure_codes, rollout_metrics
+from agentic_rl.types import FailureCode, Task, Trajectory
+
+
+def evaluate(
+  rollout: Rollout,
+  tasks: Sequence[Task],
+  *,
+  key: jax.Array | None = None,
+  greedy: bool = True,
+  group_size: int = 1,
+  policy_version: int = 0,
+) -> dict[str, float]:
+  """Plays `tasks` (`group_size` episodes each) and returns eval metrics.
+
+  Uses the rollout's samplers, tokenizer, environments and reward stack;
+  `greedy` decodes with temperature 0. Success is the reward stack's verdict
+  (`RewardStack.succeeded`: outcome >= its success threshold).
+
+  Keys: `success_rate`, `return_mean` (sum of turn rewards), `outcome_mean`,
+  `turns_per_episode`, `tokens_per_episode`, `failure_rate/<code>` (fraction
+  of episodes in which the code occurred), `termination/<reason>` (counts),
+  throughput keys from `rollout_metrics`, and `trace/<key>` from
+  `rewards.trace_summary`.
+  """
+  if not tasks:
+    raise ValueError("evaluate needs at least one task")
+  changes = {"group_size": group_size}
+  if greedy:
+    changes["temperature"] = 0.0
+  player = Rollout(
+    rollout.samplers,
+    rollout.tokenizer,
+    rollout.env_factory,
+    rollout.reward_stack,
+    rollout.config.replace(**changes),
+  )
+  key = jax.random.PRNGKey(0) if key is None else key
+  trajectories = player.run(tasks, key, policy_version)
+  return eval_metrics(
+    trajectories, rollout, player.last_metrics.get("seconds", 0.0)
+  )
+
+
+def eval_metrics(
+  trajectories: Sequence[Trajectory], rollout: Rollout, seconds: float
+) -> dict[str, float]:
+  """The metrics `evaluate` reports, from scored trajectories."""
+  stack = rollout.reward_stack
+  n = len(trajectories)
+  out = rollout_metrics(trajectories, seconds)
+  out["success_rate"] = sum(stack.succeeded(t) for t in trajectories) / n
+  out["return_mean"] = (
+    sum(sum(turn.reward for turn in t.turns) for t in trajectories) / n
+  )
+  out["outcome_mean"] = sum(t.outcome for t in trajectories) / n
+  seen = collections.Counter(
+    code for t in trajectories for code in set(failure_codes(t))
+  )
+  for code in FailureCode:
+    out[f"failure_rate/{code}"] = seen[str(code)] / n
+  summary = trace_summary(trajectories, stack.success_threshold)
+  out.update({f"trace/{k}": float(v) for k, v in summary.items()})
+  return out

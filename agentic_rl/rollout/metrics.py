@@ -1,0 +1,66 @@
+"""Per-batch rollout metrics: throughput, lengths, failures, terminations."""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Sequence
+
+from agentic_rl.types import FailureCode, Termination, Trajectory
+
+
+def failure_codes(trajectory: Trajectory) -> list[str]:
+  """Every failure code of a trajectory: per turn, then the episode's own.
+
+  An episode-level failure (`info["failure"]`: a prompt or observation that
+  overflowed the context, a crashed reset) is listed unless a turn already
+  carries that code as the episode's last turn.
+  """
+  codes = [str(t.failure) for t in trajectory.turns if t.failure is not None]
+  episode = trajectory.info.get("failure")
+  last = trajectory.turns[-1].failure if trajectory.turns else None
+  if episode is not None and (last is None or str(last) != episode):
+    codes.append(str(episode))
+  return codes
+
+
+def generated_tokens(trajectory: Trajectory) -> int:
+  return sum(len(t.action_tokens) for t in trajectory.turns)
+
+
+def rollout_metrics(
+  trajectories: Sequence[Trajectory], seconds: float
+) -> dict[str, float]:
+  """Flat metrics of one batch, for a `MetricWriter`.
+
+  Keys: `episodes`, `seconds`, `episodes_per_s`, `generated_tokens`,
+  `generated_tokens_per_s`, `turns_per_episode`, `tokens_per_episode`
+  (prompt, actions and observations), `generated_tokens_per_episode`,
+  `failure/<code>` (counts, every code present) and `termination/<reason>`
+  (counts, every reason present).
+  """
+  n = len(trajectories)
+  seconds = max(seconds, 1e-9)
+  generated = sum(generated_tokens(t) for t in trajectories)
+  out: dict[str, float] = {
+    "episodes": float(n),
+    "seconds": float(seconds),
+    "episodes_per_s": n / seconds,
+    "generated_tokens": float(generated),
+    "generated_tokens_per_s": generated / seconds,
+    "turns_per_episode": _mean([len(t.turns) for t in trajectories]),
+    "tokens_per_episode": _mean([t.num_tokens for t in trajectories]),
+    "generated_tokens_per_episode": generated / max(n, 1),
+  }
+  failures = collections.Counter(
+    code for t in trajectories for code in failure_codes(t)
+  )
+  terminations = collections.Counter(str(t.termination) for t in trajectories)
+  for code in FailureCode:
+    out[f"failure/{code}"] = float(failures[str(code)])
+  for reason in Termination:
+    out[f"termination/{reason}"] = float(terminations[str(reason)])
+  return out
+
+
+def _mean(values: Sequence[float]) -> float:
+  return float(sum(values) / len(values)) if values else 0.0
