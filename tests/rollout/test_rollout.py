@@ -1,0 +1,358 @@
+"""Rollout driver: token streams, log-prob parity, packing, budgets, errors."""
+
+from __future__ import annotations
+
+import collections
+import functools
+import threading
+import time
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+from agentic_rl import envs, models
+from agentic_rl.data.packing import pack
+from agentic_rl.models import build_env_tokenizer
+from agentic_rl.rewards import RewardStack
+from agentic_rl.rollout import (
+  OVERFLOW_ACTION,
+  OVERFLOW_OBSERVATION,
+  OVERFLOW_PROMPT,
+  Rollout,
+  RolloutConfig,
+  env_factory_from_options,
+  eval_metrics,
+  evaluate,
+  failure_codes,
+  make_samplers,
+)
+from agentic_rl.sampling import Sampler
+from agentic_rl.types import FailureCode, Task, Termination, Trajectory, Turn
+
+try:
+  from tests.rollout.echo_env import Echo
+except ImportError:  # tests/ run without package __init__ files
+  from echo_env import Echo
+
+MAX_LEN = 256
+KW = dict(chunk_buckets=(32, 64, 128, 256), budget_buckets=(4, 8))
+
+
+class RecordingSampler(Sampler):
+  """The real sampler, also writing down every row's id stream and decodes."""
+
+  def __init__(self, *args, **kwargs):
+    super().__init__(*args, **kwargs)
+    self.current: dict[int, list[int]] = collections.defaultdict(list)
+    self.finished: list[list[int]] = []
+    self.decodes: list[tuple[float, float, tuple[int, ...]]] = []
+
+  def prefill(self, rows, tokens):
+    for r, t in zip(rows, tokens, strict=True):
+      if self.current[r]:
+        self.finished.append(self.current[r])
+      self.current[r] = [int(x) for x in t]
+    super().prefill(rows, tokens)
+
+  def extend(self, rows, tokens):
+    for r, t in zip(rows, tokens, strict=True):
+      self.current[r] += [int(x) for x in t]
+    super().extend(rows, tokens)
+
+  def decode(self, key, **kwargs):
+    start = time.perf_counter()
+    out = super().decode(key, **kwargs)
+    self.decodes.append((start, time.perf_counter(), tuple(out.rows)))
+    for r, t in zip(out.rows, out.tokens, strict=True):
+      self.current[r] += t.tolist()
+    return out
+
+  def streams(self) -> list[list[int]]:
+    return self.finished + [s for s in self.current.values() if s]
+
+
+@pytest.fixture(scope="module")
+def model():
+  return models.build("tiny", 0)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+  return build_env_tokenizer()
+
+
+def echo_factory(**options):
+  return lambda task: Echo(**options)
+
+
+def echo_tasks(n: int) -> list[Task]:
+  return [Echo().generate_task(seed) for seed in range(n)]
+
+
+def make_rollout(model, tokenizer, factory, slots=4, **changes):
+  sampler = RecordingSampler(model, num_slots=slots, max_len=MAX_LEN, **KW)
+  config = RolloutConfig(
+    group_size=2, max_turns=4, max_new_tokens=8, max_total_tokens=MAX_LEN
+  ).replace(**changes)
+  return Rollout(sampler, tokenizer, factory, RewardStack(), config)
+
+
+def stream(trajectory: Trajectory) -> list[int]:
+  return [i for t in trajectory.turns for i in t.obs_tokens + t.action_tokens]
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _log_softmax(graphdef, params, tokens_1xL):
+  logits_1xLxV = nnx.merge(graphdef, params)(tokens_1xL)
+  return jax.nn.log_softmax(logits_1xLxV, axis=-1)
+
+
+def teacher_forced_logp(model, trajectory: Trajectory) -> np.ndarray:
+  """log p(action token | everything before it), one forward pass."""
+  seq = stream(trajectory)
+  padded_1xL = np.zeros((1, MAX_LEN), np.int32)  # one shape, one compile
+  padded_1xL[0, : len(seq)] = seq
+  graphdef, params = nnx.split(model)
+  logp_LxV = np.asarray(_log_softmax(graphdef, params, padded_1xL))[0]
+  out, pos = [], 0
+  for turn in trajectory.turns:
+    pos += len(turn.obs_tokens)
+    for tok in turn.action_tokens:
+      out.append(logp_LxV[pos - 1, tok])
+      pos += 1
+  return np.asarray(out)
+
+
+def test_sokoban_streams_match_sampler_and_teacher_forcing(model, tokenizer):
+  """Turns concatenate to the row's stream; logps match a forward pass."""
+  factory = env_factory_from_options({"sokoban": {"instructions": False}})
+  rollout = make_rollout(model, tokenizer, factory, max_turns=3)
+  tasks = [envs.make("sokoban").generate_task(seed) for seed in range(3)]
+  trajectories = rollout.run(tasks, jax.random.PRNGKey(0), policy_version=7)
+
+  assert len(trajectories) == 6  # 3 tasks x G=2 over 4 slots: refills
+  assert [t.task.id for t in trajectories] == [
+    t.id for t in tasks for _ in range(2)
+  ]
+  assert len({t.group_id for t in trajectories}) == 3
+  recorded = sorted(rollout.samplers[0].streams())
+  assert recorded == sorted(stream(t) for t in trajectories)
+  for traj in trajectories:
+    assert traj.policy_version == 7
+    assert traj.termination == Termination.MAX_TURNS
+    assert len(traj.turns) == 3
+    assert "reward_trace" in traj.info
+    for turn in traj.turns:
+      assert turn.obs_tokens and turn.action_tokens
+      assert turn.action is not None and turn.state_key
+      assert turn.reward == pytest.approx(sum(turn.reward_components.values()))
+      text = tokenizer.decode(turn.action_tokens)
+      if turn.action_tokens[-1] in rollout.stop_ids:
+        assert text.endswith(tokenizer.decode(turn.action_tokens[-1:]))
+    # Observations after the first are wrapped once, in the protocol's tags.
+    later = tokenizer.decode(traj.turns[1].obs_tokens)
+    assert later.strip().startswith("<information>")
+    assert later.strip().endswith("</information>")
+    want = np.concatenate([t.action_logp for t in traj.turns])
+    np.testing.assert_allclose(
+      teacher_forced_logp(model, traj), want, atol=1e-4
+    )
+  # Same key, same schedule: the run is reproducible.
+  again = make_rollout(model, tokenizer, factory, max_turns=3).run(
+    tasks, jax.random.PRNGKey(0)
+  )
+  assert [stream(t) for t in again] == [stream(t) for t in trajectories]
+
+
+def test_loss_mask_covers_exactly_the_action_tokens(model, tokenizer):
+  # A context budget this small cuts some turns off: those are untrained.
+  rollout = make_rollout(
+    model, tokenizer, echo_factory(obs_len=10), max_total_tokens=50
+  )
+  trajectories = rollout.run(echo_tasks(3), jax.random.PRNGKey(1))
+  assert any(not t.trained for tr in trajectories for t in tr.turns)
+  batch = pack(trajectories)
+  tokens_BxL = np.asarray(batch.tokens_BxL)
+  mask_BxL = np.asarray(batch.loss_mask_BxL)
+  logp_BxL = np.asarray(batch.behaviour_logp_BxL)
+  for i, traj in enumerate(trajectories):
+    want_mask, pos = np.zeros(mask_BxL.shape[1]), 0
+    for turn in traj.turns:
+      pos += len(turn.obs_tokens)
+      end = pos + len(turn.action_tokens)
+      want_mask[pos:end] = float(turn.trained)
+      np.testing.assert_array_equal(logp_BxL[i, pos:end], turn.action_logp)
+      pos = end
+    np.testing.assert_array_equal(mask_BxL[i], want_mask)
+    np.testing.assert_array_equal(tokens_BxL[i, :pos], stream(traj))
+
+
+def test_context_overflow_is_a_failure_code_not_an_exception(model, tokenizer):
+  # Prompt (20 'p' + newline) does not fit in 16 tokens.
+  tiny = make_rollout(model, tokenizer, echo_factory(), max_total_tokens=16)
+  for traj in tiny.run(echo_tasks(1), jax.random.PRNGKey(0)):
+    assert traj.turns == []
+    assert traj.termination == Termination.MAX_TOKENS
+    assert traj.info["overflow"] == OVERFLOW_PROMPT
+    assert failure_codes(traj) == [FailureCode.CONTEXT_OVERFLOW]
+
+  # Prompt 21 + action <= 8 fit in 40, but then 200 'o's never do.
+  obs = make_rollout(
+    model, tokenizer, echo_factory(obs_len=200), max_total_tokens=40
+  )
+  for traj in obs.run(echo_tasks(1), jax.random.PRNGKey(0)):
+    assert len(traj.turns) == 1
+    assert traj.termination == Termination.MAX_TOKENS
+    assert traj.info["overflow"] == OVERFLOW_OBSERVATION
+    assert traj.turns[0].failure is None  # the turn itself was complete
+
+  # Prompt 21 + 8-token action + 7-token observation leave 4 positions
+  # of 40 for the second action: it is cut by the context, not the turn.
+  cut = make_rollout(
+    model, tokenizer, echo_factory(obs_len=1), max_total_tokens=40
+  )
+  trajectories = cut.run(echo_tasks(2), jax.random.PRNGKey(0))
+  stops = set(cut.stop_ids)
+  cuts = 0
+  for traj in trajectories:
+    last = traj.turns[-1]
+    assert traj.num_tokens <= 40
+    if traj.info.get("overflow") == OVERFLOW_ACTION:
+      cuts += 1
+      assert traj.termination == Termination.MAX_TOKENS
+      assert last.failure == FailureCode.CONTEXT_OVERFLOW
+      assert not last.trained and last.action_tokens[-1] not in stops
+  assert cuts >= 1
+  assert cut.last_metrics["failure/context_overflow"] == 4
+
+
+def test_env_errors_become_failure_codes(model, tokenizer):
+  step = make_rollout(model, tokenizer, echo_factory(fail="step"))
+  for traj in step.run(echo_tasks(1), jax.random.PRNGKey(0)):
+    assert traj.termination == Termination.ERROR
+    assert traj.turns[-1].failure == FailureCode.TOOL_ERROR
+    assert "step exploded" in traj.info["error"]
+
+  reset = make_rollout(model, tokenizer, echo_factory(fail="reset"))
+  for traj in reset.run(echo_tasks(1), jax.random.PRNGKey(0)):
+    assert traj.termination == Termination.ERROR and traj.turns == []
+    assert failure_codes(traj) == [FailureCode.TOOL_ERROR]
+
+  nan = make_rollout(model, tokenizer, echo_factory(fail="nan"))
+  for traj in nan.run(echo_tasks(1), jax.random.PRNGKey(0)):
+    assert traj.termination == Termination.ERROR
+    assert "non-finite" in traj.info["error"]
+    assert all(np.isfinite(t.reward) for t in traj.turns)
+
+
+def test_pipeline_overlaps_env_steps_with_decoding(model, tokenizer):
+  """Env steps of one micro-batch run while the other one decodes."""
+  log: list = []
+  samplers = [
+    RecordingSampler(model, num_slots=2, max_len=MAX_LEN, **KW)
+    for _ in range(2)
+  ]
+  config = RolloutConfig(
+    group_size=2, max_turns=3, max_new_tokens=8, max_total_tokens=MAX_LEN
+  )
+  factory = echo_factory(delay=0.03, log=log, episode_len=3)
+  rollout = Rollout(samplers, tokenizer, factory, RewardStack(), config)
+  trajectories = rollout.run(echo_tasks(4), jax.random.PRNGKey(0))
+  assert len(trajectories) == 8
+  assert all(t.termination == Termination.DONE for t in trajectories)
+  decodes = [(a, b) for s in samplers for a, b, _ in s.decodes]
+  overlapping = [
+    (s0, s1) for s0, s1, _ in log if any(a < s1 and s0 < b for a, b in decodes)
+  ]
+  # Steps run on worker threads, some under a decode (how much is hidden is
+  # a timing question for the benchmark, not for a test on a shared CPU).
+  assert overlapping
+  assert threading.get_ident() not in {t for _, _, t in log}
+  serial = Rollout(
+    samplers, tokenizer, factory, RewardStack(), config.replace(pipeline=False)
+  )
+  log.clear()
+  for s in samplers:
+    s.decodes.clear()
+  again = serial.run(echo_tasks(4), jax.random.PRNGKey(0))
+  decodes = [(a, b) for s in samplers for a, b, _ in s.decodes]
+  assert not [
+    1 for s0, s1, _ in log if any(a < s1 and s0 < b for a, b in decodes)
+  ]
+  # The schedule does not depend on threads: same trajectories either way.
+  assert [stream(t) for t in again] == [stream(t) for t in trajectories]
+
+
+def test_reprefill_gives_the_same_stream(model, tokenizer):
+  factory = echo_factory(obs_len=6)
+  base = make_rollout(model, tokenizer, factory)
+  redo = make_rollout(model, tokenizer, factory, reprefill=True)
+  a = base.run(echo_tasks(2), jax.random.PRNGKey(3))
+  b = redo.run(echo_tasks(2), jax.random.PRNGKey(3))
+  assert [stream(t) for t in a] == [stream(t) for t in b]
+  for ta, tb in zip(a, b, strict=True):
+    for x, y in zip(ta.turns, tb.turns, strict=True):
+      np.testing.assert_allclose(x.action_logp, y.action_logp, atol=1e-4)
+
+
+def test_evaluate_reports_the_reward_stacks_verdict(model, tokenizer):
+  rollout = make_rollout(model, tokenizer, echo_factory(episode_len=2))
+  tasks = echo_tasks(4)
+  metrics = evaluate(rollout, tasks, key=jax.random.PRNGKey(5))
+  greedy = make_rollout(
+    model, tokenizer, echo_factory(episode_len=2), group_size=1, temperature=0.0
+  )
+  trajectories = greedy.run(tasks, jax.random.PRNGKey(5))
+  assert metrics["episodes"] == 4
+  # Echo's verdict: an odd-length final action text; recompute it directly.
+  texts = [tokenizer.decode(t.turns[-1].action_tokens) for t in trajectories]
+  want = np.mean([len(s) % 2 == 1 for s in texts])
+  assert metrics["success_rate"] == pytest.approx(want)
+  assert metrics["turns_per_episode"] == 2
+  assert metrics["termination/done"] == 4
+  assert "trace/rate/success" in metrics
+  returns = [sum(t.reward for t in tr.turns) for tr in trajectories]
+  assert metrics["return_mean"] == pytest.approx(np.mean(returns))
+
+
+def test_eval_metrics_on_handmade_trajectories(model, tokenizer):
+  rollout = make_rollout(model, tokenizer, echo_factory())
+  stack = rollout.reward_stack
+  task = Echo().generate_task(0)
+
+  def traj(success: float, failure=None) -> Trajectory:
+    turn = Turn([1], [2], [-0.5], failure=failure)
+    turn.reward_components = {"success": success}
+    return stack.score_trajectory(Trajectory(task, 0, [turn]))
+
+  out = eval_metrics(
+    [traj(1.0), traj(0.0, FailureCode.MALFORMED_CALL), traj(0.0)], rollout, 1.0
+  )
+  assert out["success_rate"] == pytest.approx(1 / 3)
+  assert out["failure_rate/malformed_call"] == pytest.approx(1 / 3)
+  assert out["generated_tokens"] == 3 and out["tokens_per_episode"] == 2
+  assert out["return_mean"] == pytest.approx((1.0 - 0.1) / 3)
+
+
+def test_config_and_sampler_checks(model, tokenizer):
+  with pytest.raises(ValueError, match="group_size"):
+    RolloutConfig(group_size=0)
+  with pytest.raises(ValueError, match="protocol"):
+    RolloutConfig(protocol="xml")
+  with pytest.raises(ValueError, match="divide"):
+    make_samplers(model, num_slots=3, max_len=32, num_samplers=2)
+  cfg = RolloutConfig.from_mapping(
+    {"group_size": 3, "stop_tags": ["</answer>"]}
+  )
+  assert cfg.stop_tags == ("</answer>",) and cfg.group_size == 3
+  small = models.build(models.get_preset("tiny").replace(vocab_size=64), 0)
+  with pytest.raises(ValueError, match="vocabulary"):
+    Rollout(
+      Sampler(small, num_slots=1, max_len=32),
+      tokenizer,
+      None,
+      RewardStack(),
+      RolloutConfig(),
+    )
