@@ -67,9 +67,12 @@ _F32 = jnp.float32
 class KVCache:
   """Per-layer key/value caches, one tuple entry per layer.
 
-  `k[i]`, `v[i]` have shape SxLxKxDh (slots, cache length, kv heads,
-  head_dim). The cache itself holds no lengths: the caller tracks how many
-  positions of each row are valid.
+  `k[i]`, `v[i]` have shape SxKxLxDh (slots, kv heads, cache length,
+  head_dim): with (slot, kv head) leading, attention over the cache is a
+  batched matmul that reads it in place, where a length-major layout would
+  make XLA transpose the whole cache at every decode step. The cache itself
+  holds no lengths: the caller tracks how many positions of each row are
+  valid.
   """
 
   k: tuple[jax.Array, ...]
@@ -81,19 +84,19 @@ class KVCache:
 
   @property
   def max_len(self) -> int:
-    return self.k[0].shape[1]
+    return self.k[0].shape[2]
 
   @property
   def nbytes(self) -> int:
     return sum(x.nbytes for x in self.k) + sum(x.nbytes for x in self.v)
 
 
-CACHE_AXES = (shd.BATCH, shd.LENGTH, shd.KV_HEADS, shd.HEAD_DIM)
+CACHE_AXES = (shd.BATCH, shd.KV_HEADS, shd.LENGTH, shd.HEAD_DIM)
 
 
 def init_cache(config: ModelConfig, num_slots: int, max_len: int) -> KVCache:
   """Zero KV cache for `num_slots` rows of `max_len` positions."""
-  shape = (num_slots, max_len, config.n_kv_heads, config.head_dim)
+  shape = (num_slots, config.n_kv_heads, max_len, config.head_dim)
   zeros = lambda: jnp.zeros(shape, config.compute_dtype)
   return KVCache(
     k=tuple(zeros() for _ in range(config.n_layers)),
@@ -211,27 +214,40 @@ def apply_rope(
 
 def attend(
   q_BxCxHxDh: jax.Array,
-  k_BxLxKxDh: jax.Array,
-  v_BxLxKxDh: jax.Array,
+  k_BxKxLxDh: jax.Array,
+  v_BxKxLxDh: jax.Array,
   mask_BxCxL: jax.Array,
 ) -> jax.Array:
-  """Grouped-query softmax attention; scores and softmax in float32."""
+  """Grouped-query softmax attention; scores and softmax in float32.
+
+  Keys and values are head-major (BxKxLxDh, the cache layout), so both
+  matmuls batch over (B, K) without moving the keys.
+  """
   b, c, h, dh = q_BxCxHxDh.shape
-  k = k_BxLxKxDh.shape[2]
-  q_BxCxKxGxDh = q_BxCxHxDh.reshape(b, c, k, h // k, dh)
-  scores = jnp.einsum(
-    "bckgd,blkd->bkgcl",
-    q_BxCxKxGxDh,
-    k_BxLxKxDh.astype(q_BxCxHxDh.dtype),
+  k = k_BxKxLxDh.shape[1]
+  q_BxKxCxGxDh = q_BxCxHxDh.reshape(b, c, k, h // k, dh).transpose(
+    0, 2, 1, 3, 4
+  )
+  scores_BxKxCxGxL = jnp.einsum(
+    "bkcgd,bkld->bkcgl",
+    q_BxKxCxGxDh,
+    k_BxKxLxDh.astype(q_BxCxHxDh.dtype),
     preferred_element_type=_F32,
   ) * (dh**-0.5)
   # A finite floor, not -inf: a fully masked row (padding) stays NaN-free.
-  scores = jnp.where(mask_BxCxL[:, None, None], scores, jnp.finfo(_F32).min)
-  probs = jax.nn.softmax(scores, axis=-1).astype(q_BxCxHxDh.dtype)
-  out = jnp.einsum(
-    "bkgcl,blkd->bckgd", probs, v_BxLxKxDh.astype(q_BxCxHxDh.dtype)
+  mask_Bx1xCx1xL = mask_BxCxL[:, None, :, None, :]
+  scores_BxKxCxGxL = jnp.where(
+    mask_Bx1xCx1xL, scores_BxKxCxGxL, jnp.finfo(_F32).min
   )
-  return out.reshape(b, c, h, dh)
+  probs = jax.nn.softmax(scores_BxKxCxGxL, axis=-1).astype(q_BxCxHxDh.dtype)
+  out_BxKxCxGxDh = jnp.einsum(
+    "bkcgl,bkld->bkcgd", probs, v_BxKxLxDh.astype(q_BxCxHxDh.dtype)
+  )
+  return out_BxKxCxGxDh.transpose(0, 2, 1, 3, 4).reshape(b, c, h, dh)
+
+
+def head_major(x_BxLxKxDh: jax.Array) -> jax.Array:
+  return x_BxLxKxDh.transpose(0, 2, 1, 3)
 
 
 class Attention(nnx.Module):
@@ -288,32 +304,33 @@ class Attention(nnx.Module):
     q, k, v = self.project(x_BxLxD, positions_BxL)
     l = x_BxLxD.shape[1]
     causal_1xLxL = jnp.tril(jnp.ones((l, l), bool))[None]
-    return self.o_proj(attend(q, k, v, causal_1xLxL))
+    return self.o_proj(attend(q, head_major(k), head_major(v), causal_1xLxL))
 
   def forward_cached(
     self,
     x_BxCxD: jax.Array,
     positions_BxC: jax.Array,
     write_BxC: jax.Array,
-    k_cache_BxLxKxDh: jax.Array,
-    v_cache_BxLxKxDh: jax.Array,
+    k_cache_BxKxLxDh: jax.Array,
+    v_cache_BxKxLxDh: jax.Array,
   ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Writes new keys/values at their positions, then attends the cache."""
     q, k, v = self.project(x_BxCxD, positions_BxC)
-    max_len = k_cache_BxLxKxDh.shape[1]
+    max_len = k_cache_BxKxLxDh.shape[2]
     # Tokens that must not be written go to index max_len, which
     # `mode="drop"` discards: no write can land out of bounds.
     write_pos_BxC = jnp.where(write_BxC, positions_BxC, max_len)
-    rows_Bx1 = jnp.arange(x_BxCxD.shape[0])[:, None]
-    k_cache = k_cache_BxLxKxDh.at[rows_Bx1, write_pos_BxC].set(
-      k.astype(k_cache_BxLxKxDh.dtype), mode="drop"
+    rows_Bx1x1 = jnp.arange(x_BxCxD.shape[0])[:, None, None]
+    heads_1xKx1 = jnp.arange(k.shape[2])[None, :, None]
+    where = (rows_Bx1x1, heads_1xKx1, write_pos_BxC[:, None, :])
+    k_cache = k_cache_BxKxLxDh.at[where].set(
+      head_major(k).astype(k_cache_BxKxLxDh.dtype), mode="drop"
     )
-    v_cache = v_cache_BxLxKxDh.at[rows_Bx1, write_pos_BxC].set(
-      v.astype(v_cache_BxLxKxDh.dtype), mode="drop"
+    v_cache = v_cache_BxKxLxDh.at[where].set(
+      head_major(v).astype(v_cache_BxKxLxDh.dtype), mode="drop"
     )
-    cache_axes = (shd.BATCH, shd.LENGTH, shd.KV_HEADS, shd.HEAD_DIM)
-    k_cache = shd.constrain(k_cache, cache_axes)
-    v_cache = shd.constrain(v_cache, cache_axes)
+    k_cache = shd.constrain(k_cache, CACHE_AXES)
+    v_cache = shd.constrain(v_cache, CACHE_AXES)
     # Every position <= the query's own has been written (earlier turns or
     # this chunk); later entries may be stale and are masked out.
     mask_BxCxL = jnp.arange(max_len)[None, None, :] <= positions_BxC[..., None]

@@ -1,0 +1,163 @@
+"""Sharding on 8 simulated CPU devices: same numbers on every mesh shape."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec
+
+from agentic_rl import models
+from agentic_rl import sharding as shd
+from agentic_rl.models import ModelConfig
+from agentic_rl.sampling import Sampler
+
+CONFIG = ModelConfig(
+  vocab_size=64,
+  d_model=32,
+  n_layers=2,
+  n_heads=4,
+  n_kv_heads=2,
+  head_dim=8,
+  mlp_dim=64,
+  qk_norm=True,
+  attn_bias=True,
+  tie_embeddings=False,
+  max_len=32,
+)
+MESHES = [(1, 1, 1), (8, 1, 1), (2, 4, 1), (2, 2, 2)]
+BATCH = 8
+
+
+def test_eight_simulated_devices():
+  assert jax.device_count() == 8
+
+
+def test_make_mesh_axes_and_errors():
+  mesh = shd.make_mesh((2, 2, 2))
+  assert mesh.axis_names == ("data", "fsdp", "tensor")
+  assert dict(mesh.shape) == {"data": 2, "fsdp": 2, "tensor": 2}
+  with pytest.raises(ValueError, match="needs 16 devices"):
+    shd.make_mesh((4, 4, 1))
+  with pytest.raises(ValueError, match="3 positive ints"):
+    shd.make_mesh((8, 1))
+
+
+def test_logical_to_spec_rules():
+  mesh = shd.make_mesh((2, 2, 2))
+  rules = shd.DEFAULT_TRAIN_RULES
+  spec = shd.logical_to_spec(("embed", "heads", "head_dim"), rules, mesh)
+  assert spec == PartitionSpec("fsdp", "tensor", None)
+  # batch takes data and fsdp; embed then finds fsdp already used.
+  spec = shd.logical_to_spec(("batch", "length", "embed"), rules, mesh)
+  assert spec == PartitionSpec(("data", "fsdp"), None, None)
+  # 3 kv heads cannot split over tensor=2: replicated, not an error.
+  spec = shd.logical_to_spec(("embed", "kv_heads"), rules, mesh, (32, 3))
+  assert spec == PartitionSpec("fsdp", None)
+  # Size-1 mesh axes are dropped; unknown names replicate.
+  mesh8 = shd.make_mesh((8, 1, 1))
+  spec = shd.logical_to_spec(("batch", "mystery", "mlp"), rules, mesh8)
+  assert spec == PartitionSpec("data", None, None)
+
+
+@pytest.fixture(scope="module")
+def model():
+  return models.build(CONFIG, 0)
+
+
+def _logits(graphdef, state, tokens_BxL, mesh, rules):
+  with shd.use_rules(mesh, rules):
+    return nnx.merge(graphdef, state)(tokens_BxL)
+
+
+logits_jit = jax.jit(_logits, static_argnums=(0, 3, 4))
+
+
+@pytest.fixture(scope="module")
+def tokens():
+  return jax.random.randint(jax.random.key(0), (BATCH, 16), 0, 64)
+
+
+@pytest.fixture(scope="module")
+def reference_logits(model, tokens):
+  graphdef, state = nnx.split(model)
+  return np.asarray(logits_jit(graphdef, state, tokens, None, ()))
+
+
+@pytest.mark.parametrize("shape", MESHES)
+def test_forward_same_on_every_mesh(model, tokens, reference_logits, shape):
+  mesh = shd.make_mesh(shape)
+  rules = shd.DEFAULT_TRAIN_RULES
+  graphdef, state = nnx.split(model)
+  state = shd.shard_state(state, mesh, rules)
+  batch = shd.logical_sharding(("batch", "length"), rules, mesh, tokens.shape)
+  out = logits_jit(graphdef, state, jax.device_put(tokens, batch), mesh, rules)
+  np.testing.assert_allclose(out, reference_logits, atol=1e-5, rtol=1e-5)
+  if shape != (1, 1, 1):
+    assert len(out.sharding.device_set) == 8
+
+
+def test_parameters_are_really_split(model):
+  mesh = shd.make_mesh((2, 2, 2))
+  state = shd.shard_state(nnx.state(model), mesh, shd.DEFAULT_TRAIN_RULES)
+  flat = dict(nnx.to_flat_state(state))
+  q = flat[("layers", 0, "attn", "q_proj", "kernel")].get_value()
+  assert q.sharding.spec == PartitionSpec("fsdp", "tensor", None)
+  assert q.addressable_shards[0].data.shape == (16, 2, 8)
+  head = flat[("lm_head", "kernel")].get_value()
+  assert head.sharding.spec == PartitionSpec("fsdp", "tensor")
+  assert head.addressable_shards[0].data.shape == (16, 32)
+  norm = flat[("final_norm", "scale")].get_value()
+  assert norm.sharding.spec == PartitionSpec("fsdp")
+  # Sampling rules keep weights whole over data/fsdp, split over tensor.
+  state = shd.shard_state(nnx.state(model), mesh, shd.DEFAULT_SAMPLE_RULES)
+  q = dict(nnx.to_flat_state(state))[("layers", 0, "attn", "q_proj", "kernel")]
+  assert q.get_value().sharding.spec == PartitionSpec(None, "tensor", None)
+
+
+def test_model_sharding_in_place(model):
+  mesh = shd.make_mesh((1, 1, 8))
+  sharded = models.build(CONFIG, 0)
+  shd.shard_model(sharded, mesh, shd.DEFAULT_SAMPLE_RULES)
+  up = sharded.layers[0].mlp.up_proj.kernel.get_value()
+  assert up.sharding == NamedSharding(mesh, PartitionSpec(None, "tensor"))
+
+
+def _episode(sampler):
+  rng = np.random.default_rng(0)
+  rows = list(range(BATCH))
+  sampler.prefill(rows, [rng.integers(0, 64, 3 + r).tolist() for r in rows])
+  first = sampler.decode(jax.random.key(1), budget=4, temperature=1.0)
+  sampler.extend(rows, [rng.integers(0, 64, 1 + r % 3).tolist() for r in rows])
+  second = sampler.decode(jax.random.key(2), budget=[3, 4] * 4, stop_ids=[5])
+  return [
+    (np.concatenate(a.tokens), np.concatenate(a.logprobs))
+    for a in (first, second)
+  ]
+
+
+@pytest.fixture(scope="module")
+def reference_episode(model):
+  return _episode(Sampler(model, num_slots=BATCH, max_len=32))
+
+
+@pytest.mark.parametrize("shape", MESHES)
+def test_sampler_same_on_every_mesh(model, reference_episode, shape):
+  mesh = shd.make_mesh(shape)
+  sampler = Sampler(model, num_slots=BATCH, max_len=32, mesh=mesh)
+  got = _episode(sampler)
+  for (tokens, logp), (ref_tokens, ref_logp) in zip(
+    got, reference_episode, strict=True
+  ):
+    np.testing.assert_array_equal(tokens, ref_tokens)
+    np.testing.assert_allclose(logp, ref_logp, atol=1e-5)
+  k = sampler.state.cache.k[0]
+  if shape[0] * shape[1] > 1:
+    assert k.addressable_shards[0].data.shape[0] < BATCH
+  if shape[2] > 1:
+    assert k.addressable_shards[0].data.shape[1] == 1  # kv heads split
+
+
+def test_constrain_is_identity_without_mesh():
+  x = jnp.ones((4, 3))
+  assert shd.constrain(x, ("batch", "embed")) is x
