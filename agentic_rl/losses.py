@@ -36,6 +36,8 @@ AGG_MODES: tuple[str, ...] = (
 )
 KlEstimator = Literal["k1", "k2", "k3"]
 KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
+# exp(20) ~ 5e8: far beyond any clip range, far below float32 overflow.
+MAX_LOG_RATIO = 20.0
 
 
 class LossConfigError(ValueError):
@@ -128,7 +130,8 @@ def aggregate(
     rows (GRPO's original form; every sequence weighs the same).
   * `seq-mean-token-sum-norm`: per row sum(v * m) / norm_length, then the mean
     over rows (Dr.GRPO: a constant denominator removes the length bias).
-    `norm_length` defaults to L, the padded length.
+    `norm_length` defaults to L, the padded length; set it to the run's
+    generation budget so the scale does not change with the length bucket.
 
   "Rows" are the rows with at least one masked-in token, so all-padding rows
   that `pack(batch_size=...)` adds do not dilute the mean. Empty inputs give 0
@@ -244,8 +247,16 @@ def clipped_pg_loss(
   clip_high: float,
   clip_c: float | None = None,
 ) -> tuple[jax.Array, jax.Array]:
-  """Per-token PPO loss max(-A r, -A clip(r)) (+ dual clip); and the ratio."""
-  ratio_BxL = jnp.exp(logp_BxL - old_logp_BxL)
+  """Per-token PPO loss max(-A r, -A clip(r)) (+ dual clip); and the ratio.
+
+  The log-ratio is clamped to +-MAX_LOG_RATIO before exp so one wildly
+  off-policy token cannot overflow the loss to inf; that far out the clip
+  has already zeroed the gradient in all but the unbounded case.
+  """
+  log_ratio_BxL = jnp.clip(
+    logp_BxL - old_logp_BxL, -MAX_LOG_RATIO, MAX_LOG_RATIO
+  )
+  ratio_BxL = jnp.exp(log_ratio_BxL)
   unclipped_BxL = -adv_BxL * ratio_BxL
   clipped_BxL = -adv_BxL * jnp.clip(ratio_BxL, 1.0 - clip_low, 1.0 + clip_high)
   loss_BxL = jnp.maximum(unclipped_BxL, clipped_BxL)

@@ -42,9 +42,9 @@ def test_token_entropy_golden():
 
 
 def test_token_logp_matches_log_softmax_random():
-  key = jax.random.key(0)
-  logits = jax.random.normal(key, (2, 5, 7)) * 3
-  tokens = jax.random.randint(jax.random.key(1), (2, 5), 0, 7)
+  rng = np.random.default_rng(0)
+  logits = jnp.asarray(rng.normal(size=(2, 5, 7)) * 3, jnp.float32)
+  tokens = jnp.asarray(rng.integers(0, 7, (2, 5)), jnp.int32)
   want = np.zeros((2, 5), np.float32)
   ls = np.asarray(jax.nn.log_softmax(logits, -1))
   for b in range(2):
@@ -218,15 +218,18 @@ def test_policy_loss_with_kl_and_entropy_golden():
 @pytest.mark.parametrize("kl_estimator", losses.KL_ESTIMATORS)
 def test_no_gradient_through_masked_tokens(agg, kl_estimator):
   b, l, v = 3, 9, 11
-  k = jax.random.split(jax.random.key(7), 5)
-  logits = jax.random.normal(k[0], (b, l, v)) * 2
-  tokens = jax.random.randint(k[1], (b, l), 0, v)
-  mask = (jax.random.uniform(k[2], (b, l)) < 0.5).astype(jnp.float32)
-  mask = mask.at[:, 0].set(0.0).at[2].set(0.0)  # row 2: all padding
-  adv = jax.random.normal(k[3], (b, l))
+  rng = np.random.default_rng(7)
+  logits = jnp.asarray(rng.normal(size=(b, l, v)) * 2, jnp.float32)
+  tokens = jnp.asarray(rng.integers(0, v, (b, l)), jnp.int32)
+  mask_np = (rng.uniform(size=(b, l)) < 0.5).astype(np.float32)
+  mask_np[:, 0] = 0.0
+  mask_np[2] = 0.0  # row 2: all padding
+  mask = jnp.asarray(mask_np)
+  adv = jnp.asarray(rng.normal(size=(b, l)), jnp.float32)
   # Garbage off the mask: it must neither leak gradient nor make NaN.
-  old = jnp.where(mask > 0, jax.random.normal(k[4], (b, l)) - 2.0, -1e30)
-  ref = jnp.where(mask > 0, old - 0.3, 1e30)
+  behaviour = rng.normal(size=(b, l)) - 2.0
+  old = jnp.asarray(np.where(mask_np > 0, behaviour, -1e30), jnp.float32)
+  ref = jnp.asarray(np.where(mask_np > 0, behaviour - 0.3, 1e30), jnp.float32)
   cfg = PolicyLossConfig(
     clip_high=0.28,
     clip_c=3.0,
@@ -374,3 +377,15 @@ def test_dpo_bad_inputs():
     losses.dpo_loss(x, x, x, x, beta=0.0)
   with pytest.raises(losses.LossShapeError):
     losses.dpo_loss(x, x, x, jnp.zeros((4,)))
+
+
+def test_extreme_log_ratio_stays_finite():
+  # A token the new policy likes e^200 times more, with a negative advantage:
+  # unclipped by PPO, it would overflow to inf without the clamp.
+  logp = jnp.asarray([[0.0, -0.1]])
+  old = jnp.asarray([[0.0, -200.1]])
+  adv = jnp.asarray([[0.0, -1.0]])
+  mask = jnp.asarray([[0.0, 1.0]])
+  loss, m = losses.policy_loss(logp, old, adv, mask, PolicyLossConfig())
+  np.testing.assert_allclose(loss, math.exp(losses.MAX_LOG_RATIO), rtol=1e-5)
+  assert all(np.isfinite(float(v)) for v in m.values())

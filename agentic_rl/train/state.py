@@ -285,5 +285,14 @@ def create_train_state(
   return init(jnp.asarray(seed, jnp.int32)), layout
 
 
+def copy_model(model_state: ModelState) -> ModelState:
+  """A copy with its own buffers, e.g. a frozen reference policy.
+
+  Needed because the train step donates the state: a reference that merely
+  aliased `state.model` would be invalidated by the first update.
+  """
+  return jax.tree.map(jnp.copy, model_state)
+
+
 def count_params(model_state: ModelState) -> int:
   return sum(x.size for x in jax.tree.leaves(model_state.params))

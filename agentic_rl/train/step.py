@@ -210,7 +210,9 @@ def jit_step(
       raise BatchShapeError(
         f"{b} rows do not split over {dp} data-parallel devices"
       )
-    return jitted(state, inputs)
+    # A no-op when the rows already live in the layout (as `select_rows`
+    # leaves them); otherwise one explicit transfer instead of a jit error.
+    return jitted(state, jax.device_put(inputs, layout.data))
 
   call.jitted = jitted  # for .lower() / cost analysis
   return call

@@ -10,6 +10,7 @@ import pytest
 
 from agentic_rl import losses
 from agentic_rl.train import dpo, sft
+from agentic_rl.train import state as st
 from agentic_rl.train import step as sp
 from tests.train.conftest import (
   STEP_CONFIG,
@@ -25,10 +26,6 @@ SFT_CONFIG = dataclasses.replace(
 
 # Jitted so the model runs as one program, not op by op.
 _sft_loss = jax.jit(lambda model, batch: sft.sft_loss_fn(model.merge(), batch))
-_dpo_loss = jax.jit(
-  lambda model, pairs, cfg: dpo.dpo_loss_fn(model.merge(), pairs, cfg),
-  static_argnums=2,
-)
 
 
 def test_sft_loss_is_masked_nll():
@@ -71,7 +68,7 @@ def test_pack_pairs_common_shape():
 
 def test_dpo_at_reference_is_log2_and_learns(rl_setup):
   state = fresh_state()
-  ref_model = jax.tree.map(jnp.copy, state.model)  # frozen reference
+  ref_model = st.copy_model(state.model)  # survives donation of state
   chosen, rejected = dpo.pack_pairs(
     make_trajectories(5, 6), make_trajectories(6, 6), batch_size=8,
     length_buckets=(32,),
@@ -79,19 +76,18 @@ def test_dpo_at_reference_is_log2_and_learns(rl_setup):
   pairs = dpo.make_pairs(ref_model, chosen, rejected)
   cfg = dpo.DpoConfig(beta=0.5)
 
-  # Golden: the policy equals the reference, so every margin is 0 and the
-  # loss is log 2 over the 6 real pairs (2 padding pairs are left out).
-  loss, m = _dpo_loss(state.model, pairs, cfg)
-  np.testing.assert_allclose(loss, math.log(2.0), rtol=1e-6)
-  assert float(m["reward_margin"]) == pytest.approx(0.0, abs=1e-5)
-
   # Sequence log-probs sum the masked token log-probs.
   logp = sp.compute_logp(ref_model, chosen.tokens_BxL)
   want = np.sum(np.asarray(logp) * np.asarray(chosen.loss_mask_BxL), axis=1)
   np.testing.assert_allclose(pairs.ref_chosen_logp_B, want, rtol=1e-5)
+  assert np.all(np.asarray(pairs.ref_chosen_logp_B)[6:] == 0.0)  # padding
 
   step_fn = dpo.make_dpo_step(STEP_CONFIG, cfg, rl_setup.layout)
   state, hist = sp.run_steps(step_fn, state, [pairs] * 6)
+  # Golden: update 0 is evaluated at the reference itself, so every margin
+  # is 0 and the loss is log 2 over the 6 real pairs (padding pairs out).
+  assert hist[0]["loss"] == pytest.approx(math.log(2.0), rel=1e-6)
+  assert hist[0]["reward_margin"] == pytest.approx(0.0, abs=1e-5)
   assert hist[-1]["loss"] < math.log(2.0) - 0.1
   assert hist[-1]["reward_margin"] > 0.0
   assert hist[-1]["reward_accuracy"] == 1.0

@@ -178,9 +178,10 @@ def test_gradient_accumulation_matches_full_batch(rl_setup):
     state, metrics = step_fn(state, rl_setup.inputs)
     outs.append(jax.device_get((state.model.params, metrics)))
   (p1, m1), (p2, m2) = outs
-  # Adam normalizes tiny gradients to O(lr) steps, so compare at lr scale.
-  _close(p1, p2, rtol=1e-4, atol=1e-5)
-  for k in ("loss", "grad_norm", "entropy", "kl"):
+  # Adam turns even near-zero gradients into O(lr) steps, so float noise in
+  # the summation order shows at that scale: compare params well below lr.
+  _close(p1, p2, rtol=0, atol=1e-4)
+  for k in ("loss", "grad_norm", "update_norm", "entropy", "kl"):
     np.testing.assert_allclose(m1[k], m2[k], rtol=1e-4, atol=1e-7)
   assert not _eq(p1, fresh_state().model.params)
   bad = sp.make_train_step(
