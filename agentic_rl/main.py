@@ -1,0 +1,41 @@
+"""Entry point: `python -m agentic_rl.main --config=F.py:arg --workdir=D`.
+
+Runs `agentic_rl.train.loop.train` (cold-start SFT, then RL), resuming from
+the newest checkpoint in --workdir, and prints the summary.
+"""
+
+import json
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from agentic_rl.train import loop
+
+_CONFIG = config_flags.DEFINE_config_file(
+  "config", None, "Experiment config file (configs/*.py:arg).", lock_config=True
+)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Checkpoints and logs.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.WARNING)  # orbax logs every file at INFO
+  summary = loop.train(_CONFIG.value, _WORKDIR.value)
+  evals = "\n".join(
+    f"  {e['phase']:>3} step {e['rl_step']:4d}: success "
+    f"{e['success_rate']:.3f}, return {e['return_mean']:.2f}"
+    for e in summary["evals"]
+  )
+  print(
+    f"\nHeld-out evaluation ({summary['eval_tasks']} tasks, greedy):\n"
+    f"{evals}\n"
+    f"success after SFT: {summary['success_after_sft']:.3f}  ->  "
+    f"after RL: {summary['success_after_rl']:.3f}\n"
+    f"TensorBoard logs: {summary['tensorboard']}\n"
+    f"summary: {json.dumps(summary['workdir'])}/summary.json"
+  )
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,98 @@
+"""Expert demonstrations in exactly the token stream a rollout produces.
+
+Cold-start SFT must train on the framing the policy will later see: the
+same prompt template, the same observation wrapping, the same stop tags.
+`expert_trajectories` replays an environment's scripted expert through the
+framing of `Rollout` (its `prompt_template` and `_wrap`), so a demo differs
+from a policy rollout only in who chose the actions.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from agentic_rl.envs.base import Environment
+from agentic_rl.envs.parsing import PROTOCOLS, parse_action
+from agentic_rl.models.tokenizer import EnvTokenizer
+from agentic_rl.rewards.stack import RewardStack
+from agentic_rl.rollout.config import RolloutConfig
+from agentic_rl.rollout.driver import EnvFactory, Rollout
+from agentic_rl.types import Task, Termination, Trajectory, Turn
+
+
+class NoExpertError(ValueError):
+  """The environment has no scripted expert to demonstrate with."""
+
+
+def expert_actions(env: Environment, task: Task) -> list[str]:
+  """The env's scripted expert: its method, else its module's function."""
+  method = getattr(env, "expert_actions", None)
+  if callable(method):
+    return list(method(task))
+  module_fn = getattr(sys.modules[type(env).__module__], "expert_actions", None)
+  if callable(module_fn):
+    return list(module_fn(task))
+  raise NoExpertError(f"environment {type(env).__name__} has no expert")
+
+
+def expert_trajectory(
+  task: Task,
+  env: Environment,
+  tokenizer: EnvTokenizer,
+  config: RolloutConfig,
+  group_id: int = 0,
+) -> Trajectory:
+  """One expert episode, framed and tokenized as `Rollout` would."""
+  actions = expert_actions(env, task)
+  observation = env.reset(task, seed=task.seed)
+  protocol = getattr(env, "protocol", None)
+  protocol = protocol if protocol in PROTOCOLS else config.protocol
+  prompt = config.prompt_template.replace("{observation}", str(observation))
+  pending = tokenizer.encode(prompt) or [tokenizer.eos_id]
+  turns: list[Turn] = []
+  termination = Termination.MAX_TURNS
+  for text in actions[: config.max_turns]:
+    ids = tokenizer.encode(text)
+    result = env.step(text)
+    turns.append(
+      Turn(
+        obs_tokens=pending,
+        action_tokens=ids,
+        action_logp=[0.0] * len(ids),  # scripted: no policy log-probs
+        action=parse_action(text, protocol),
+        observation=result.observation,
+        failure=result.failure,
+        reward_components=dict(result.reward_components),
+        state_key=result.state_key,
+      )
+    )
+    if result.done:
+      termination = Termination.DONE
+      break
+    pending = tokenizer.encode(Rollout._wrap(result.observation, protocol))
+  env.close()
+  return Trajectory(
+    task=task,
+    group_id=group_id,
+    turns=turns,
+    termination=termination,
+    info={"expert": True},
+  )
+
+
+def expert_trajectories(
+  tasks: Sequence[Task],
+  env_factory: EnvFactory,
+  tokenizer: EnvTokenizer,
+  config: RolloutConfig,
+  reward_stack: RewardStack | None = None,
+) -> list[Trajectory]:
+  """One scored expert demonstration per task (group id = task index)."""
+  demos = []
+  for i, task in enumerate(tasks):
+    traj = expert_trajectory(task, env_factory(task), tokenizer, config, i)
+    demos.append(
+      traj if reward_stack is None else reward_stack.score_trajectory(traj)
+    )
+  return demos

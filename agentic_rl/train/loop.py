@@ -1,0 +1,396 @@
+"""The training run: cold-start SFT, then online RL. One readable function.
+
+`train(config, workdir)` is everything `main.py` does:
+
+  setup     tokenizer, model + optimizer state (sharded), task pool and
+            sampler, reward stack, estimator, rollout driver, checkpoints,
+            metric writer; resume from the latest checkpoint if any.
+  SFT       expert demonstrations (`rollout.demos`) in the rollout's own
+            token framing, cross-entropy on policy tokens only.
+  RL        sample tasks -> roll out G per task -> score (reward stack) ->
+            pack -> estimate advantages (configured estimator) -> clipped
+            policy-gradient epochs -> log -> evaluate every N -> checkpoint.
+
+Every random choice is a function of (config, seed): task order comes from
+the checkpointed task sampler, rollout keys are folded from the
+checkpointed train-state key and the RL step, minibatch orders from the
+seed and the step. A run resumed from a checkpoint therefore continues
+exactly as if it had not stopped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from agentic_rl import estimators, losses, rewards
+from agentic_rl import sharding as shd
+from agentic_rl.data import packing
+from agentic_rl.data.pool import TaskPool
+from agentic_rl.models.config import get_preset
+from agentic_rl.models.tokenizer import build_env_tokenizer
+from agentic_rl.rollout import (
+  Rollout,
+  RolloutConfig,
+  env_factory_from_options,
+  eval_metrics,
+  make_samplers,
+)
+from agentic_rl.rollout.demos import expert_trajectories
+from agentic_rl.train import step as step_lib
+from agentic_rl.train.checkpoint import Checkpointer
+from agentic_rl.train.logging import MetricWriter
+from agentic_rl.train.sft import make_sft_step
+from agentic_rl.train.state import (
+  OptimizerConfig,
+  TrainState,
+  copy_model,
+  create_train_state,
+  make_optimizer,
+)
+from agentic_rl.types import TrajectoryBatch, turns_to_tokens
+
+CONSOLE_KEYS = (
+  "sft/loss",
+  "success_rate",
+  "return_mean",
+  "loss",
+  "adv_abs_mean",
+  "turns_per_episode",
+  "eval/success_rate",
+)
+
+
+@dataclasses.dataclass
+class Run:
+  """The objects the loop works with (built once by `setup`)."""
+
+  config: Any
+  workdir: pathlib.Path
+  state: TrainState
+  layout: Any
+  tokenizer: Any
+  train_pool: TaskPool
+  eval_tasks: list
+  task_sampler: Any
+  stack: rewards.RewardStack
+  estimate: Any
+  rollout: Rollout
+  checkpointer: Checkpointer
+  writer: MetricWriter
+  host: dict[str, Any]
+  sft_step: Any  # jitted (state, batch) -> (state, metrics)
+  rl_step: Any  # jitted (state, PolicyInputs) -> (state, metrics)
+
+
+def _model_config(config, tokenizer):
+  # Round the vocabulary up to a multiple of 64 so the logits stay aligned.
+  vocab = config.model.get("vocab_size") or -(-tokenizer.vocab_size // 64) * 64
+  return get_preset(
+    config.model.preset, vocab_size=vocab, max_len=config.sampler.max_len
+  )
+
+
+def _pool(config) -> TaskPool:
+  spec = []
+  for split, counts in (
+    ("train", config.tasks.train_counts),
+    ("test", config.tasks.eval_counts),
+  ):
+    spec.append(
+      {
+        "env": config.env.name,
+        "difficulties": tuple(config.tasks.difficulties),
+        "counts": tuple(counts),
+        "split": split,
+        "env_options": dict(config.env.options),
+      }
+    )
+  return TaskPool.from_envs(spec)
+
+
+def setup(config, workdir: str) -> Run:
+  """Builds every component and restores the latest checkpoint, if any."""
+  workdir = pathlib.Path(workdir)
+  workdir.mkdir(parents=True, exist_ok=True)
+  (workdir / "config.json").write_text(config.to_json_best_effort(indent=2))
+  tokenizer = build_env_tokenizer()
+  model_config = _model_config(config, tokenizer)
+  mesh = shd.make_mesh(tuple(config.mesh.shape))
+  sft_opt = OptimizerConfig.from_dict(config.sft.optimizer)
+  rl_opt = OptimizerConfig.from_dict(config.rl.optimizer)
+  if (sft_opt.max_grad_norm is None) != (rl_opt.max_grad_norm is None):
+    # Both phases share one checkpointed optimizer-state structure.
+    raise ValueError(
+      "sft.optimizer and rl.optimizer must both set or both unset max_grad_norm"
+    )
+  state, layout = create_train_state(
+    model_config, sft_opt, seed=config.seed, mesh=mesh
+  )
+  pool = _pool(config)
+  train_pool = pool.split("train")
+  task_sampler = train_pool.sampler(config.seed)
+  stack = rewards.from_config(config.rewards)
+  samplers = make_samplers(
+    state.model.merge(),
+    num_slots=config.sampler.num_slots,
+    max_len=config.sampler.max_len,
+    num_samplers=config.sampler.num_samplers,
+  )
+  rollout = Rollout(
+    samplers,
+    tokenizer,
+    env_factory_from_options({config.env.name: dict(config.env.options)}),
+    stack,
+    RolloutConfig.from_mapping(config.rollout),
+  )
+  checkpointer = Checkpointer(
+    str(workdir / "checkpoints"), max_to_keep=config.checkpoint_keep
+  )
+  host = {
+    "phase": "sft",
+    "sft_step": 0,
+    "rl_step": 0,
+    "task_sampler": task_sampler.state_dict(),
+    "evals": [],
+  }
+  if checkpointer.latest_step() is not None:
+    state, host = checkpointer.restore(state, layout)
+    task_sampler.load_state_dict(host["task_sampler"])
+  writer = MetricWriter(
+    str(workdir / "logs"),
+    console_keys=CONSOLE_KEYS,
+    console_every=config.log_every,
+  )
+  sft_step = make_sft_step(
+    step_lib.StepConfig(
+      optimizer=sft_opt, loss=losses.PolicyLossConfig(agg="token-mean")
+    ),
+    layout,
+  )
+  rl_step = step_lib.make_train_step(
+    step_lib.StepConfig(
+      optimizer=rl_opt,
+      loss=losses.PolicyLossConfig(**dict(config.loss)),
+      num_microbatches=config.rl.num_microbatches,
+    ),
+    layout,
+  )
+  return Run(
+    config,
+    workdir,
+    state,
+    layout,
+    tokenizer,
+    train_pool,
+    list(pool.split("test")),
+    task_sampler,
+    stack,
+    estimators.from_config(config.estimator),
+    rollout,
+    checkpointer,
+    writer,
+    host,
+    sft_step,
+    rl_step,
+  )
+
+
+def _pack(trajectories, config) -> TrajectoryBatch:
+  return packing.pack(
+    trajectories,
+    batch_size=len(trajectories),
+    length_buckets=tuple(config.length_buckets),
+  )
+
+
+def _save(run: Run) -> None:
+  run.host["task_sampler"] = run.task_sampler.state_dict()
+  run.checkpointer.save(run.state, run.host, force=True)
+
+
+def _sync_policy(run: Run) -> None:
+  """Points every sampler at the current weights (after each update)."""
+  model = run.state.model.merge()
+  for sampler in run.rollout.samplers:
+    sampler.update_params(model)
+
+
+def evaluate(run: Run) -> dict[str, float]:
+  """Greedy episodes on the held-out tasks with the current policy."""
+  _sync_policy(run)
+  player = Rollout(
+    run.rollout.samplers,
+    run.tokenizer,
+    run.rollout.env_factory,
+    run.stack,
+    run.rollout.config.replace(temperature=0.0, group_size=1),
+  )
+  start = time.perf_counter()
+  trajs = player.run(run.eval_tasks, jax.random.key(0))
+  return eval_metrics(trajs, player, time.perf_counter() - start)
+
+
+def _mean_metrics(history: list[dict[str, float]]) -> dict[str, float]:
+  return {k: float(np.mean([h[k] for h in history])) for k in history[0]}
+
+
+def sft(run: Run) -> None:
+  """Cold start: expert demos, cross-entropy on the policy's tokens."""
+  cfg = run.config.sft
+  demo_tasks = list(run.train_pool)[: cfg.num_demos]
+  demos = expert_trajectories(
+    demo_tasks, run.rollout.env_factory, run.tokenizer, run.rollout.config
+  )
+  batch = _pack(demos, run.config)
+  # SFT is one unit: the first checkpoint is written when it is done.
+  epochs = -(-cfg.steps * cfg.batch_size // len(demos))
+  order = step_lib.minibatch_order(
+    len(demos), cfg.batch_size, epochs, run.config.seed
+  )
+  minibatches = (
+    step_lib.select_rows(batch, rows, run.layout)
+    for i, rows in enumerate(order)
+    if i < cfg.steps
+  )
+
+  def log(m):
+    run.host["sft_step"] += 1
+    if run.host["sft_step"] % run.config.log_every == 0:
+      run.writer.write_scalars(
+        run.host["sft_step"], {f"sft/{k}": v for k, v in m.items()}
+      )
+
+  run.state, _ = step_lib.run_steps(run.sft_step, run.state, minibatches, log)
+
+
+def _start_rl(run: Run) -> None:
+  """Fresh RL optimizer moments; the SFT policy becomes the reference."""
+  opt = make_optimizer(OptimizerConfig.from_dict(run.config.rl.optimizer))
+  init = jax.jit(opt.init, out_shardings=run.layout.state.opt_state)
+  run.state = run.state.replace(opt_state=init(run.state.model.params))
+  run.host["phase"] = "rl"
+
+
+def rl_step(run: Run, reference) -> dict[str, float]:
+  """One iteration: roll out, score, estimate, update. Returns metrics."""
+  cfg, config = run.config.rl, run.config
+  i = run.host["rl_step"]
+  _sync_policy(run)
+  tasks = run.task_sampler.sample(cfg.tasks_per_step)
+  key = jax.random.fold_in(run.state.rng, i)
+  trajs = run.rollout.run(tasks, key, policy_version=i)
+  rollout_m = dict(run.rollout.last_metrics)
+  batch = _pack(trajs, config)
+  adv_BxT = run.estimate(batch)
+  adv_BxL = turns_to_tokens(adv_BxT, batch.turn_id_BxL)
+  ref_logp_BxL = None
+  if reference is not None:
+    ref_logp_BxL = step_lib.compute_logp(reference, batch.tokens_BxL)
+  inputs = step_lib.PolicyInputs(batch, adv_BxL, ref_logp_BxL)
+  t0 = time.perf_counter()
+  run.state, history = step_lib.run_epochs(
+    run.rl_step,
+    run.state,
+    inputs,
+    run.layout,
+    minibatch_size=cfg.minibatch_size,
+    num_epochs=cfg.epochs,
+    seed=config.seed * 1_000_003 + i,
+  )
+  train_s = time.perf_counter() - t0
+  run.host["rl_step"] = i + 1
+
+  mask = np.asarray(batch.turn_mask_BxT) > 0
+  adv = np.asarray(adv_BxT)[mask]
+  metrics = {
+    **eval_metrics(trajs, run.rollout, rollout_m["seconds"]),
+    **_mean_metrics(history),
+  }
+  metrics.update(
+    {
+      "adv_mean": float(adv.mean()),
+      "adv_std": float(adv.std()),
+      "adv_abs_mean": float(np.abs(adv).mean()),
+      "adv_frac_positive": float((adv > 0).mean()),
+      "train_seconds": train_s,
+      "train_tokens_per_s": float(
+        cfg.epochs
+        * np.asarray(batch.turn_id_BxL >= 0).sum()
+        / max(train_s, 1e-9)
+      ),
+    }
+  )
+  return metrics
+
+
+def train(config, workdir: str) -> dict[str, Any]:
+  """SFT then RL, resumable; returns the run summary (also summary.json)."""
+  run = setup(config, workdir)
+  try:
+    if run.host["phase"] == "sft":
+      if run.host["sft_step"] < config.sft.steps:
+        sft(run)
+      run.host["evals"].append(
+        {"phase": "sft", "rl_step": 0, **_eval_headline(evaluate(run))}
+      )
+      _start_rl(run)
+      _save(run)
+    reference = copy_model(run.state.model) if config.loss.kl_coef > 0 else None
+    if reference is not None and run.host["rl_step"] > 0:
+      raise ValueError(
+        "resuming a KL-regularized run is not supported: the "
+        "reference policy is not checkpointed; set "
+        "loss.kl_coef=0 or restart"
+      )
+    while run.host["rl_step"] < config.rl.steps:
+      metrics = rl_step(run, reference)
+      i = run.host["rl_step"]
+      if i % config.eval_every == 0 or i == config.rl.steps:
+        ev = evaluate(run)
+        metrics.update({f"eval/{k}": v for k, v in ev.items()})
+        run.host["evals"].append(
+          {"phase": "rl", "rl_step": i, **_eval_headline(ev)}
+        )
+      run.writer.write_scalars(i, metrics)
+      if i % config.checkpoint_every == 0 or i == config.rl.steps:
+        _save(run)
+  finally:
+    run.checkpointer.wait()
+    run.writer.flush()
+  summary = _summary(run)
+  (run.workdir / "summary.json").write_text(json.dumps(summary, indent=2))
+  run.writer.close()
+  run.checkpointer.close()
+  return summary
+
+
+def _eval_headline(ev: dict[str, float]) -> dict[str, float]:
+  return {
+    k: ev[k] for k in ("success_rate", "return_mean", "turns_per_episode")
+  }
+
+
+def _summary(run: Run) -> dict[str, Any]:
+  evals = run.host["evals"]
+  before = next((e for e in evals if e["phase"] == "sft"), None)
+  after = evals[-1] if evals else None
+  return {
+    "workdir": str(run.workdir),
+    "tensorboard": str(run.workdir / "logs"),
+    "metrics_jsonl": str(run.workdir / "logs" / "metrics.jsonl"),
+    "eval_tasks": len(run.eval_tasks),
+    "success_after_sft": before and before["success_rate"],
+    "success_after_rl": after and after["success_rate"],
+    "rl_steps": run.host["rl_step"],
+    "evals": evals,
+    "params": int(sum(x.size for x in jax.tree.leaves(run.state.model.params))),
+    "step": int(jnp.asarray(run.state.step)),
+  }

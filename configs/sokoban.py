@@ -1,0 +1,130 @@
+"""SFT then RL on small Sokoban with the tiny preset, on a CPU.
+
+  python -m agentic_rl.main --config=configs/sokoban.py:gigpo \
+      --workdir=runs/sokoban_gigpo
+
+`arg` is a comma-separated list: one estimator variant (grpo, dr_grpo, rloo,
+reinforce_pp, gigpo, gigpo_std, turn_discounted, prm_weighted; default
+gigpo) and optionally `smoke` (a seconds-long run for CI). Any field can be
+overridden on the command line, e.g. `--config.rl.steps=10`.
+
+Expected (2-core CPU, default size, ~10 minutes): held-out success rises
+from the SFT policy's rate to a higher rate after RL; the final summary
+prints both (see experiments/sokoban_sft_rl/README.md for measured runs).
+"""
+
+import ml_collections
+
+from agentic_rl import rewards
+
+ESTIMATORS = {
+  "grpo": {"name": "grpo"},
+  "dr_grpo": {"name": "dr_grpo"},
+  "rloo": {"name": "rloo"},
+  "reinforce_pp": {"name": "reinforce_pp"},
+  "gigpo": {"name": "gigpo", "gamma": 0.95, "mode": "mean_norm"},
+  "gigpo_std": {"name": "gigpo", "gamma": 0.95, "mode": "mean_std_norm"},
+  "turn_discounted": {"name": "turn_discounted", "gamma": 0.95},
+  "prm_weighted": {"name": "prm_weighted", "mode": "additive", "beta": 0.5},
+}
+
+
+def _optimizer(lr, warmup=0):
+  return {
+    "learning_rate": lr,
+    "warmup_steps": warmup,
+    "max_grad_norm": 1.0,
+    "weight_decay": 0.0,
+  }
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  parts = [p for p in (arg or "gigpo").split(",") if p]
+  smoke = "smoke" in parts
+  names = [p for p in parts if p != "smoke"] or ["gigpo"]
+  if len(names) != 1 or names[0] not in ESTIMATORS:
+    raise ValueError(
+      f"config arg {arg!r}: expected one of "
+      f"{sorted(ESTIMATORS)} and optionally 'smoke'"
+    )
+
+  c = ml_collections.ConfigDict()
+  c.seed = 0
+  c.model = {"preset": "tiny", "vocab_size": 0}  # 0: from the tokenizer
+  c.mesh = {"shape": (1, 1, 1)}
+  c.env = {
+    "name": "sokoban",
+    "options": {"instructions": False, "max_steps": 10},
+  }
+  c.tasks = {
+    "difficulties": (0,),
+    "train_counts": (2000,),
+    "eval_counts": (64,),
+  }
+  c.sampler = {"num_slots": 32, "max_len": 768, "num_samplers": 2}
+  c.rollout = {
+    "group_size": 8,
+    "max_turns": 10,
+    "max_new_tokens": 8,
+    "max_total_tokens": 768,
+    "temperature": 1.0,
+    "prompt_template": "{observation}\n",
+    "pipeline": True,
+  }
+  # Tight buckets: padding is compute on a CPU (a few compiles, no more).
+  c.length_buckets = (128, 192, 256, 320, 384, 512, 640, 768)
+  c.rewards = rewards.default_config()
+  c.rewards.process.signals = ("valid_action", "novel_state")
+  c.estimator = dict(ESTIMATORS[names[0]])
+  c.loss = {
+    "clip_low": 0.2,
+    "clip_high": 0.28,
+    "clip_c": 3.0,
+    "kl_coef": 0.0,
+    "kl_estimator": "k3",
+    "entropy_coef": 0.0,
+    "agg": "seq-mean-token-mean",
+  }
+  c.sft = {
+    "num_demos": 512,
+    "steps": 150,
+    "batch_size": 32,
+    "optimizer": _optimizer(3e-3, warmup=10),
+  }
+  c.rl = {
+    "steps": 40,
+    "tasks_per_step": 8,
+    "epochs": 1,
+    "minibatch_size": 32,
+    "num_microbatches": 1,
+    "optimizer": _optimizer(2e-4),
+  }
+  c.eval_every = 10
+  c.checkpoint_every = 10
+  c.checkpoint_keep = 2
+  c.log_every = 1
+
+  if smoke:
+    c.tasks = {"difficulties": (0,), "train_counts": (16,), "eval_counts": (4,)}
+    c.sampler = {"num_slots": 8, "max_len": 512, "num_samplers": 2}
+    c.rollout.group_size = 2
+    c.rollout.max_turns = 3
+    c.rollout.max_total_tokens = 512
+    c.length_buckets = (128, 256, 512)
+    c.sft = {
+      "num_demos": 8,
+      "steps": 3,
+      "batch_size": 4,
+      "optimizer": _optimizer(1e-3),
+    }
+    c.rl = {
+      "steps": 2,
+      "tasks_per_step": 2,
+      "epochs": 2,
+      "minibatch_size": 2,
+      "num_microbatches": 1,
+      "optimizer": _optimizer(1e-4),
+    }
+    c.eval_every = 1
+    c.checkpoint_every = 1
+  return c
