@@ -2,7 +2,7 @@
 
 State (`SamplerState`) for S slots and a cache of L positions:
 
-  cache          per-layer k, v of shape SxLxKxDh (`models.KVCache`)
+  cache          per-layer k, v of shape SxKxLxDh (`models.KVCache`)
   lengths_S      tokens held by each row; also the next write position
   last_logits_SxV  logits after each row's last token (what decode samples
                    from next); meaningless for rows with length 0
@@ -155,6 +155,7 @@ def decode(
   *,
   max_new: int,
   filtered: bool,
+  all_greedy: bool = False,
   mesh: Mesh | None = None,
   rules: shd.Rules = (),
 ) -> tuple[SamplerState, DecodeOutput]:
@@ -164,7 +165,8 @@ def decode(
   its last logits, writes it into the cache and computes the next logits;
   finished rows neither write nor advance. Stop ids are padded with -1.
   Step t uses `fold_in(key, t)`, so the same key gives the same tokens.
-  `budget_S` must be <= `max_new` (static, the output width).
+  `budget_S` must be <= `max_new` (static, the output width);
+  `all_greedy` (static) is a fast path for when every temperature is <= 0.
   """
   with shd.use_rules(mesh, rules):
     return _decode_loop(
@@ -179,6 +181,7 @@ def decode(
       top_p_S,
       max_new=max_new,
       filtered=filtered,
+      all_greedy=all_greedy,
     )
 
 
@@ -195,6 +198,7 @@ def _decode_loop(
   *,
   max_new: int,
   filtered: bool,
+  all_greedy: bool,
 ) -> tuple[SamplerState, DecodeOutput]:
   s, max_len = state.lengths_S.shape[0], state.cache.max_len
   no_budget_S = active_S & (budget_S <= 0)
@@ -223,6 +227,7 @@ def _decode_loop(
       top_k_S,
       top_p_S,
       filtered=filtered,
+      all_greedy=all_greedy,
     )
     hidden_Sx1xD, cache = model.forward_cached(
       tokens_S[:, None],
@@ -274,7 +279,7 @@ extend_jit = jax.jit(
 decode_jit = jax.jit(
   decode,
   static_argnums=0,
-  static_argnames=("max_new", "filtered", *_STATIC),
+  static_argnames=("max_new", "filtered", "all_greedy", *_STATIC),
   donate_argnames="state",
 )
 

@@ -345,6 +345,7 @@ class Sampler:
       top_p_S,
       max_new=max_new,
       filtered=filtered,
+      all_greedy=bool(np.all(temps <= 0)),
       **self._static,
     )
     tokens_SxT, logp_SxT, num_S, reason_S = jax.device_get(

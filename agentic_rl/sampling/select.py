@@ -79,8 +79,17 @@ def select_tokens(
   top_p_S: jax.Array,
   *,
   filtered: bool,
+  all_greedy: bool = False,
 ) -> tuple[jax.Array, jax.Array]:
-  """Returns (tokens_S int32, logp_S float32); see the module docstring."""
+  """Returns (tokens_S int32, logp_S float32); see the module docstring.
+
+  `all_greedy` (static) promises every temperature is <= 0; it skips the
+  random draw, which is a sizeable part of a small model's decode step.
+  """
+  if all_greedy:
+    tokens_S = jnp.argmax(logits_SxV, axis=-1).astype(jnp.int32)
+    logp_SxV = jax.nn.log_softmax(logits_SxV.astype(jnp.float32), axis=-1)
+    return tokens_S, jnp.take_along_axis(logp_SxV, tokens_S[:, None], -1)[:, 0]
   logp_SxV = sampling_logprobs(
     logits_SxV, temperature_S, top_k_S, top_p_S, filtered=filtered
   )

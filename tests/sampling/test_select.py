@@ -122,3 +122,15 @@ def test_same_key_same_tokens():
   c, _ = select_tokens(jax.random.key(4), *args, filtered=False)
   np.testing.assert_array_equal(a, b)
   assert not np.array_equal(a, c)
+
+
+def test_all_greedy_fast_path_matches_general_path():
+  logits = jax.random.normal(jax.random.key(5), (6, 40))
+  zeros = jnp.zeros((6,))
+  args = (logits, zeros, jnp.zeros((6,), jnp.int32), jnp.ones((6,)))
+  fast = select_tokens(
+    jax.random.key(0), *args, filtered=False, all_greedy=True
+  )
+  slow = select_tokens(jax.random.key(0), *args, filtered=True)
+  np.testing.assert_array_equal(fast[0], slow[0])
+  np.testing.assert_allclose(fast[1], slow[1], rtol=1e-6)
