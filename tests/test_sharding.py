@@ -127,9 +127,16 @@ def _episode(sampler):
   rng = np.random.default_rng(0)
   rows = list(range(BATCH))
   sampler.prefill(rows, [rng.integers(0, 64, 3 + r).tolist() for r in rows])
-  first = sampler.decode(jax.random.key(1), budget=4, temperature=1.0)
+  # Greedy and sampled rows mixed: one compiled decode covers both.
+  temperature = [0.0, 1.0] * (BATCH // 2)
+  first = sampler.decode(jax.random.key(1), budget=4, temperature=temperature)
   sampler.extend(rows, [rng.integers(0, 64, 1 + r % 3).tolist() for r in rows])
-  second = sampler.decode(jax.random.key(2), budget=[3, 4] * 4, stop_ids=[5])
+  second = sampler.decode(
+    jax.random.key(2),
+    budget=[3, 4] * (BATCH // 2),
+    stop_ids=[5],
+    temperature=temperature[::-1],
+  )
   return [
     (np.concatenate(a.tokens), np.concatenate(a.logprobs))
     for a in (first, second)

@@ -261,3 +261,17 @@ def test_kv_cache_bytes_per_slot(model):
   expected = 2 * CONFIG.n_layers * 32 * CONFIG.n_kv_heads * CONFIG.head_dim * 4
   assert sampler.cache_bytes_per_slot == expected
   assert CONFIG.kv_cache_bytes_per_slot(32) == expected
+
+
+def test_update_params_switches_policy(model):
+  other = models.build(CONFIG, 11)
+  fresh = make_sampler(other)
+  fresh.prefill([0], [[1, 2, 3]])
+  expected = fresh.decode(jax.random.key(0), budget=8, rows=[0])
+  sampler = make_sampler(model)
+  sampler.update_params(other)
+  sampler.prefill([0], [[1, 2, 3]])
+  got = sampler.decode(jax.random.key(0), budget=8, rows=[0])
+  np.testing.assert_array_equal(got.tokens[0], expected.tokens[0])
+  with pytest.raises(ValueError, match="structure differs"):
+    sampler.update_params(models.build(CONFIG.replace(n_layers=1), 0))
