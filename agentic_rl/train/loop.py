@@ -21,6 +21,7 @@ exactly as if it had not stopped.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import pathlib
 import time
@@ -44,6 +45,7 @@ from agentic_rl.rollout import (
   make_samplers,
 )
 from agentic_rl.rollout.demos import expert_trajectories
+from agentic_rl.train import batching
 from agentic_rl.train import step as step_lib
 from agentic_rl.train.checkpoint import Checkpointer
 from agentic_rl.train.logging import MetricWriter
@@ -252,13 +254,17 @@ def sft(run: Run) -> None:
   batch = _pack(demos, run.config)
   # SFT is one unit: the first checkpoint is written when it is done.
   epochs = -(-cfg.steps * cfg.batch_size // len(demos))
-  order = step_lib.minibatch_order(
-    len(demos), cfg.batch_size, epochs, run.config.seed
-  )
-  minibatches = (
-    step_lib.select_rows(batch, rows, run.layout)
-    for i, rows in enumerate(order)
-    if i < cfg.steps
+  minibatches = itertools.islice(
+    batching.minibatches(
+      batch,
+      batching.row_lengths(batch),
+      run.config.length_buckets,
+      run.layout,
+      minibatch_size=cfg.batch_size,
+      num_epochs=epochs,
+      seed=run.config.seed,
+    ),
+    cfg.steps,
   )
 
   def log(m):
@@ -296,15 +302,16 @@ def rl_step(run: Run, reference) -> dict[str, float]:
     ref_logp_BxL = step_lib.compute_logp(reference, batch.tokens_BxL)
   inputs = step_lib.PolicyInputs(batch, adv_BxL, ref_logp_BxL)
   t0 = time.perf_counter()
-  run.state, history = step_lib.run_epochs(
-    run.rl_step,
-    run.state,
+  minibatches = batching.minibatches(
     inputs,
+    batching.row_lengths(batch),
+    config.length_buckets,
     run.layout,
     minibatch_size=cfg.minibatch_size,
     num_epochs=cfg.epochs,
     seed=config.seed * 1_000_003 + i,
   )
+  run.state, history = step_lib.run_steps(run.rl_step, run.state, minibatches)
   train_s = time.perf_counter() - t0
   run.host["rl_step"] = i + 1
 
