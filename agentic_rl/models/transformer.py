@@ -313,8 +313,14 @@ class Attention(nnx.Module):
     write_BxC: jax.Array,
     k_cache_BxKxLxDh: jax.Array,
     v_cache_BxKxLxDh: jax.Array,
+    span: int | None = None,
   ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Writes new keys/values at their positions, then attends the cache."""
+    """Writes new keys/values at their positions, then attends the cache.
+
+    With `span` (static), only cache positions < span are read: the caller
+    promises every query position is below it. Decode cost then follows the
+    longest live row, not the cache size.
+    """
     q, k, v = self.project(x_BxCxD, positions_BxC)
     max_len = k_cache_BxKxLxDh.shape[2]
     # Tokens that must not be written go to index max_len, which
@@ -333,8 +339,11 @@ class Attention(nnx.Module):
     v_cache = shd.constrain(v_cache, CACHE_AXES)
     # Every position <= the query's own has been written (earlier turns or
     # this chunk); later entries may be stale and are masked out.
-    mask_BxCxL = jnp.arange(max_len)[None, None, :] <= positions_BxC[..., None]
-    out = self.o_proj(attend(q, k_cache, v_cache, mask_BxCxL))
+    span = max_len if span is None else min(span, max_len)
+    mask_BxCxL = jnp.arange(span)[None, None, :] <= positions_BxC[..., None]
+    out = self.o_proj(
+      attend(q, k_cache[:, :, :span], v_cache[:, :, :span], mask_BxCxL)
+    )
     return out, k_cache, v_cache
 
 
@@ -376,9 +385,16 @@ class Block(nnx.Module):
     x_BxLxD = x_BxLxD + self.mlp(self.mlp_norm(x_BxLxD))
     return shd.constrain(x_BxLxD, (shd.BATCH, shd.LENGTH, shd.EMBED))
 
-  def forward_cached(self, x_BxCxD, positions_BxC, write_BxC, k_cache, v_cache):
+  def forward_cached(
+    self, x_BxCxD, positions_BxC, write_BxC, k_cache, v_cache, span=None
+  ):
     attn_out, k_cache, v_cache = self.attn.forward_cached(
-      self.attn_norm(x_BxCxD), positions_BxC, write_BxC, k_cache, v_cache
+      self.attn_norm(x_BxCxD),
+      positions_BxC,
+      write_BxC,
+      k_cache,
+      v_cache,
+      span,
     )
     x_BxCxD = x_BxCxD + attn_out
     x_BxCxD = x_BxCxD + self.mlp(self.mlp_norm(x_BxCxD))
@@ -458,11 +474,14 @@ class Transformer(nnx.Module):
     positions_BxC: jax.Array,
     write_BxC: jax.Array,
     cache: KVCache,
+    span: int | None = None,
   ) -> tuple[jax.Array, KVCache]:
     """Appends a chunk to the cache; returns its hidden states and the cache.
 
     Row b's token c is written at `positions_BxC[b, c]` iff
     `write_BxC[b, c]`; unwritten tokens still produce (ignored) outputs.
+    `span` (static int) limits attention to cache positions < span; every
+    query that matters must sit below it.
     """
     x_BxCxD = self.embed_tokens(tokens_BxC)
     new_k, new_v = [], []
@@ -470,7 +489,7 @@ class Transformer(nnx.Module):
       self.layers, cache.k, cache.v, strict=True
     ):
       x_BxCxD, k_cache, v_cache = layer.forward_cached(
-        x_BxCxD, positions_BxC, write_BxC, k_cache, v_cache
+        x_BxCxD, positions_BxC, write_BxC, k_cache, v_cache, span
       )
       new_k.append(k_cache)
       new_v.append(v_cache)

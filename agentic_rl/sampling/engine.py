@@ -73,6 +73,7 @@ def _append(
   state: SamplerState,
   tokens_SxC: jax.Array,
   n_new_S: jax.Array,
+  span: int | None,
 ) -> SamplerState:
   """Writes n_new_S[s] tokens of row s at its own position onward."""
   c = tokens_SxC.shape[1]
@@ -80,7 +81,7 @@ def _append(
   positions_SxC = state.lengths_S[:, None] + offsets_1xC
   write_SxC = offsets_1xC < n_new_S[:, None]
   hidden_SxCxD, cache = model.forward_cached(
-    tokens_SxC, positions_SxC, write_SxC, state.cache
+    tokens_SxC, positions_SxC, write_SxC, state.cache, span
   )
   last_S = jnp.maximum(n_new_S - 1, 0)
   last_hidden_SxD = jnp.take_along_axis(
@@ -107,6 +108,7 @@ def prefill(
   n_new_S: jax.Array,
   reset_S: jax.Array,
   *,
+  span: int | None = None,
   mesh: Mesh | None = None,
   rules: shd.Rules = (),
 ) -> SamplerState:
@@ -114,15 +116,16 @@ def prefill(
 
   Rows with reset_S False must have n_new_S 0 and are left unchanged.
   Old cache entries of a reset row are not cleared: they lie beyond its new
-  length and are masked until overwritten. `mesh`/`rules` (static) activate
-  the activation sharding constraints.
+  length and are masked until overwritten. `span` (static) bounds the cache
+  positions attention reads (it must exceed every written position);
+  `mesh`/`rules` (static) activate the activation sharding constraints.
   """
   with shd.use_rules(mesh, rules):
     model = nnx.merge(graphdef, params)
     state = state.replace(
       lengths_S=jnp.where(reset_S, 0, state.lengths_S).astype(jnp.int32)
     )
-    return _append(model, state, tokens_SxC, n_new_S)
+    return _append(model, state, tokens_SxC, n_new_S, span)
 
 
 def extend(
@@ -132,13 +135,14 @@ def extend(
   tokens_SxC: jax.Array,
   n_new_S: jax.Array,
   *,
+  span: int | None = None,
   mesh: Mesh | None = None,
   rules: shd.Rules = (),
 ) -> SamplerState:
   """Appends a ragged chunk (n_new_S tokens per row) after each row's end."""
   with shd.use_rules(mesh, rules):
     model = nnx.merge(graphdef, params)
-    return _append(model, state, tokens_SxC, n_new_S)
+    return _append(model, state, tokens_SxC, n_new_S, span)
 
 
 def decode(
@@ -156,6 +160,7 @@ def decode(
   max_new: int,
   filtered: bool,
   all_greedy: bool = False,
+  span: int | None = None,
   mesh: Mesh | None = None,
   rules: shd.Rules = (),
 ) -> tuple[SamplerState, DecodeOutput]:
@@ -182,6 +187,7 @@ def decode(
       max_new=max_new,
       filtered=filtered,
       all_greedy=all_greedy,
+      span=span,
     )
 
 
@@ -199,6 +205,7 @@ def _decode_loop(
   max_new: int,
   filtered: bool,
   all_greedy: bool,
+  span: int | None,
 ) -> tuple[SamplerState, DecodeOutput]:
   s, max_len = state.lengths_S.shape[0], state.cache.max_len
   no_budget_S = active_S & (budget_S <= 0)
@@ -234,6 +241,7 @@ def _decode_loop(
       state.lengths_S[:, None],
       emit_S[:, None],
       state.cache,
+      span,
     )
     logits_SxV = model.unembed(hidden_Sx1xD[:, 0])
     num_S = out.num_tokens_S + emit_S
@@ -269,7 +277,7 @@ def _decode_loop(
 
 # One compiled cache per process: samplers of the same shapes share
 # executables. graphdef, mesh and rules are static (hashable) arguments.
-_STATIC = ("mesh", "rules")
+_STATIC = ("span", "mesh", "rules")
 prefill_jit = jax.jit(
   prefill, static_argnums=0, static_argnames=_STATIC, donate_argnames="state"
 )

@@ -94,6 +94,10 @@ class Sampler:
       of two up to max_len); a chunk longer than the largest is an error.
     budget_buckets: padded widths of decode outputs; a decode with budget b
       runs a loop compiled for the smallest bucket >= b.
+    span_buckets: how much of the cache attention reads. Each call reads
+      positions below the smallest bucket covering every row it touches
+      (default: powers of two from 128, then max_len), so short contexts in
+      a long cache do not pay for the whole cache.
     max_stop_ids: width of the per-row stop-id table.
     mesh, rules: optional sharding (see `agentic_rl.sharding`).
   """
@@ -106,6 +110,7 @@ class Sampler:
     max_len: int,
     chunk_buckets: Sequence[int] | None = None,
     budget_buckets: Sequence[int] | None = None,
+    span_buckets: Sequence[int] | None = None,
     max_stop_ids: int = 8,
     mesh: Mesh | None = None,
     rules: shd.Rules = shd.DEFAULT_SAMPLE_RULES,
@@ -124,6 +129,11 @@ class Sampler:
     self.budget_buckets = tuple(
       sorted(budget_buckets or default_buckets(max_len, smallest=1))
     )
+    self.span_buckets = tuple(
+      sorted(span_buckets or default_buckets(max_len, min(128, max_len)))
+    )
+    if self.span_buckets[-1] < max_len:
+      self.span_buckets += (max_len,)
     self.max_stop_ids = max_stop_ids
     self.mesh, self.rules = mesh, tuple(rules)
     self._graphdef, params = nnx.split(model)
@@ -239,6 +249,11 @@ class Sampler:
       n_new_S[r] = len(ids)
     return tokens_SxC, n_new_S
 
+  def _span(self, ends_S: np.ndarray, rows: Sequence[int]) -> int:
+    """Smallest span bucket covering every position the call may write."""
+    need = min(int(max(ends_S[list(rows)], default=1)), self.max_len)
+    return _bucket(need, self.span_buckets, "span")
+
   # -- device calls ----------------------------------------------------------
 
   def prefill(self, rows: Sequence[int], tokens: Sequence[Sequence[int]]):
@@ -259,6 +274,7 @@ class Sampler:
       tokens_SxC,
       n_new_S,
       reset_S,
+      span=self._span(start + n_new_S, rows),
       **self._static,
     )
     self._lengths = start + n_new_S
@@ -276,6 +292,7 @@ class Sampler:
       self.state,
       tokens_SxC,
       n_new_S,
+      span=self._span(self._lengths + n_new_S, rows),
       **self._static,
     )
     self._lengths = self._lengths + n_new_S
@@ -346,6 +363,7 @@ class Sampler:
       max_new=max_new,
       filtered=filtered,
       all_greedy=bool(np.all(temps <= 0)),
+      span=self._span(self._lengths + max_new, rows),
       **self._static,
     )
     tokens_SxT, logp_SxT, num_S, reason_S = jax.device_get(

@@ -37,6 +37,8 @@ def make_sampler(model, max_len=MAX_LEN):
     max_len=max_len,
     chunk_buckets=(8, 16, 32, 64),
     budget_buckets=BUDGETS,
+    # Spans below max_len: early turns read only part of the cache.
+    span_buckets=(16, 32, 64),
     max_stop_ids=4,
   )
 
