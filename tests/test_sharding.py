@@ -15,7 +15,7 @@ from agentic_rl.sampling import Sampler
 CONFIG = ModelConfig(
   vocab_size=64,
   d_model=32,
-  n_layers=2,
+  n_layers=1,  # sharding, not depth, is under test: keeps compiles short
   n_heads=4,
   n_kv_heads=2,
   head_dim=8,
