@@ -12,7 +12,7 @@ $(VENV)/.installed: pyproject.toml
 setup: $(VENV)/.installed
 
 run: setup
-	$(PY) scripts/compare_estimators.py --out experiments/estimator_comparison
+	$(PY) -m agentic_rl.main --config=configs/sokoban.py:gigpo,quick --workdir=runs/quickstart
 
 test: setup
 	$(PY) -m pytest -q -n 2 --durations=15

@@ -345,8 +345,10 @@ def train(config, workdir: str) -> dict[str, Any]:
     if run.host["phase"] == "sft":
       if run.host["sft_step"] < config.sft.steps:
         sft(run)
+      ev = evaluate(run)
+      run.writer.write_scalars(0, {f"eval/{k}": v for k, v in ev.items()})
       run.host["evals"].append(
-        {"phase": "sft", "rl_step": 0, **_eval_headline(evaluate(run))}
+        {"phase": "sft", "rl_step": 0, **_eval_headline(ev)}
       )
       _start_rl(run)
       _save(run)
