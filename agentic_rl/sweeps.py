@@ -1,0 +1,368 @@
+"""Sweeps: a config's `sweep` field expanded into runs, launched, resumed.
+
+An ablation config (`configs/ablations/*.py`) returns its base config plus
+`config.sweep`, a ConfigDict with
+
+  name        the sweep's name (the manifest records it)
+  envs        environment label -> per-env config file (`configs/<env>.py`)
+  estimators  estimator variants those files accept as their `arg`
+  seeds       config.seed values; a seed is one paired replicate
+  smoke       appends `smoke` to every run's config arg
+  baseline    the estimator the report compares every other one against
+  overrides   config field -> value, applied to every grid run
+  checks      extra runs that are not part of the comparison (e.g. the
+              sharded path on simulated devices): dicts with name, env,
+              estimator, seed, overrides and env_vars
+
+Every grid run is `python -m agentic_rl.main --config=<file>:<arg>
+--workdir=<root>/<env>/<estimator>/seed<seed> --config.seed=<seed>` plus
+`--config.<field>=<value>` overrides, so a run is reproducible from its
+command alone. A run is finished when its workdir holds `summary.json`; an
+unfinished one is simply launched again and resumes from its checkpoints.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import importlib.util
+import json
+import os
+import pathlib
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import ml_collections
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+MANIFEST = "sweep.json"
+SUMMARY = "summary.json"
+TIMING = "sweep_timing.json"
+# Read by agentic_rl.main: call jax.distributed.initialize() before training.
+DISTRIBUTED_ENV = "AGENTIC_RL_DISTRIBUTED"
+SIMULATED_DEVICES_FLAG = "--xla_force_host_platform_device_count"
+_REQUIRED = ("name", "envs", "estimators", "seeds")
+
+
+class SweepSpecError(ValueError):
+  """A sweep description (or a flag that shapes it) is malformed."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+  """One run of a sweep: a config file, its arg, overrides and a seed."""
+
+  name: str  # e.g. "sokoban/gigpo/seed0"; also the workdir under the root
+  env: str
+  estimator: str
+  seed: int
+  config_file: str  # relative to the repository root
+  config_arg: str
+  overrides: tuple[tuple[str, str], ...] = ()
+  env_vars: tuple[tuple[str, str], ...] = ()
+  kind: str = "grid"  # "grid" runs are compared; "check" runs are not
+
+  def to_dict(self) -> dict[str, Any]:
+    d = dataclasses.asdict(self)
+    d["overrides"] = dict(self.overrides)
+    d["env_vars"] = dict(self.env_vars)
+    return d
+
+
+def load_config(spec: str) -> ml_collections.ConfigDict:
+  """`path/to/file.py[:arg]` -> that file's `get_config(arg)`."""
+  path, _, arg = spec.partition(":")
+  file = pathlib.Path(path)
+  if not file.is_absolute():
+    file = (pathlib.Path.cwd() / file).resolve()
+    if not file.exists():
+      file = REPO_ROOT / path
+  if file.suffix != ".py" or not file.is_file():
+    raise SweepSpecError(f"config file {path!r} not found (from {spec!r})")
+  # Config files import their siblings as `configs.<name>`.
+  if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+  module_spec = importlib.util.spec_from_file_location(
+    f"_sweep_config_{file.stem}", file
+  )
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  if not hasattr(module, "get_config"):
+    raise SweepSpecError(f"{file} has no get_config(arg)")
+  return module.get_config(arg or None)
+
+
+def override_value(value: Any) -> str:
+  """A value as absl/ml_collections parse it from `--config.x=<value>`."""
+  if isinstance(value, bool):
+    return "true" if value else "false"
+  if isinstance(value, (list, tuple)):
+    body = ",".join(override_value(v) for v in value)
+    return f"({body},)" if len(value) == 1 else f"({body})"
+  return str(value)
+
+
+def parse_mesh(text: str) -> tuple[int, ...]:
+  """`"2,2,2"` -> (2, 2, 2): the (data, fsdp, tensor) mesh shape."""
+  try:
+    shape = tuple(int(p) for p in text.replace(" ", "").strip("()").split(","))
+  except ValueError as e:
+    raise SweepSpecError(f"--mesh {text!r}: expected ints like 2,2,2") from e
+  if len(shape) != 3 or min(shape) < 1:
+    raise SweepSpecError(f"--mesh {text!r}: expected 3 positive ints")
+  return shape
+
+
+def _as_dict(value: Any, what: str) -> dict[str, Any]:
+  if isinstance(value, ml_collections.ConfigDict):
+    return value.to_dict()
+  if isinstance(value, Mapping):
+    return dict(value)
+  raise SweepSpecError(f"sweep.{what} must be a mapping, got {value!r}")
+
+
+def _overrides(values: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+  return tuple(sorted((k, override_value(v)) for k, v in values.items()))
+
+
+def _check_sweep(sweep: Any) -> None:
+  if not isinstance(sweep, (ml_collections.ConfigDict, Mapping)):
+    raise SweepSpecError("config has no `sweep` field (a ConfigDict)")
+  missing = [k for k in _REQUIRED if k not in sweep]
+  if missing:
+    raise SweepSpecError(f"sweep lacks field(s) {missing}")
+  envs = _as_dict(sweep["envs"], "envs")
+  if not envs or not sweep["estimators"] or not sweep["seeds"]:
+    raise SweepSpecError("sweep.envs, .estimators and .seeds must be non-empty")
+  for label, file in envs.items():
+    if "/" in label or not (REPO_ROOT / file).is_file():
+      raise SweepSpecError(f"sweep.envs[{label!r}] = {file!r}: no such file")
+  for seed in sweep["seeds"]:
+    if not isinstance(seed, int) or isinstance(seed, bool):
+      raise SweepSpecError(f"sweep.seeds must be ints, got {seed!r}")
+  for axis in ("estimators", "seeds"):
+    if len(set(sweep[axis])) != len(sweep[axis]):
+      raise SweepSpecError(f"sweep.{axis} has duplicates: {sweep[axis]}")
+  baseline = sweep.get("baseline")
+  if baseline is not None and baseline not in sweep["estimators"]:
+    raise SweepSpecError(f"sweep.baseline {baseline!r} is not swept")
+
+
+def expand(sweep: Any, mesh: tuple[int, ...] | None = None) -> list[RunSpec]:
+  """Every run of the sweep, grid runs (env, estimator, seed) then checks.
+
+  `mesh` sets `config.mesh.shape` on every grid run (not on check runs,
+  which pin their own mesh).
+  """
+  _check_sweep(sweep)
+  envs = _as_dict(sweep["envs"], "envs")
+  smoke = bool(sweep.get("smoke", False))
+  common = _as_dict(sweep.get("overrides", {}), "overrides")
+  if mesh is not None:
+    common["mesh.shape"] = tuple(mesh)
+
+  def spec(env, est, seed, name, overrides, env_vars=(), kind="grid"):
+    if env not in envs:
+      raise SweepSpecError(f"run {name!r}: unknown env {env!r}")
+    return RunSpec(
+      name=name,
+      env=env,
+      estimator=est,
+      seed=int(seed),
+      config_file=envs[env],
+      config_arg=f"{est},smoke" if smoke else est,
+      overrides=_overrides({"seed": seed, **overrides}),
+      env_vars=tuple(sorted(env_vars)),
+      kind=kind,
+    )
+
+  runs = [
+    spec(env, est, seed, f"{env}/{est}/seed{seed}", common)
+    for env in envs
+    for est in sweep["estimators"]
+    for seed in sweep["seeds"]
+  ]
+  for check in sweep.get("checks", ()) or ():
+    c = _as_dict(check, "checks[]")
+    try:
+      runs.append(
+        spec(
+          c["env"],
+          c["estimator"],
+          c["seed"],
+          f"checks/{c['name']}",
+          _as_dict(c.get("overrides", {}), "checks[].overrides"),
+          _as_dict(c.get("env_vars", {}), "checks[].env_vars").items(),
+          kind="check",
+        )
+      )
+    except KeyError as e:
+      raise SweepSpecError(f"sweep check {c!r} lacks {e}") from e
+  names = [r.name for r in runs]
+  if len(set(names)) != len(names):
+    raise SweepSpecError(f"duplicate run names in sweep: {names}")
+  return runs
+
+
+def workdir(root: str | os.PathLike, run: RunSpec) -> pathlib.Path:
+  return pathlib.Path(root) / run.name
+
+
+def is_finished(root: str | os.PathLike, run: RunSpec) -> bool:
+  """A run is finished once the loop has written its summary.json."""
+  return (workdir(root, run) / SUMMARY).is_file()
+
+
+def command(
+  run: RunSpec,
+  root: str | os.PathLike,
+  *,
+  python: str = sys.executable,
+  module: str = "agentic_rl.main",
+) -> list[str]:
+  """argv of one run (environment variables are separate: `environ`)."""
+  argv = [
+    python,
+    "-m",
+    module,
+    f"--config={run.config_file}:{run.config_arg}",
+    f"--workdir={workdir(root, run)}",
+  ]
+  return argv + [f"--config.{k}={v}" for k, v in run.overrides]
+
+
+def environ(run: RunSpec, distributed: bool = False) -> dict[str, str]:
+  """The extra environment variables a run needs."""
+  env = dict(run.env_vars)
+  if distributed:
+    env[DISTRIBUTED_ENV] = "1"
+  return env
+
+
+def shell_command(
+  run: RunSpec,
+  root: str | os.PathLike,
+  *,
+  python: str = "python",
+  distributed: bool = False,
+) -> str:
+  """One copy-pasteable launch line (for a cluster job or a pod worker)."""
+  env = [f"{k}={shlex.quote(v)}" for k, v in environ(run, distributed).items()]
+  argv = command(run, root, python=python)
+  return " ".join(env + [shlex.quote(a) for a in argv])
+
+
+def write_manifest(
+  root: str | os.PathLike,
+  sweep: Any,
+  runs: Sequence[RunSpec],
+  config_spec: str = "",
+) -> pathlib.Path:
+  """`<root>/sweep.json`: the runs and the axes the report groups by."""
+  root = pathlib.Path(root)
+  root.mkdir(parents=True, exist_ok=True)
+  manifest = {
+    "name": sweep["name"],
+    "config": config_spec,
+    "root": str(root),
+    "envs": list(_as_dict(sweep["envs"], "envs")),
+    "estimators": list(sweep["estimators"]),
+    "seeds": [int(s) for s in sweep["seeds"]],
+    "baseline": sweep.get("baseline") or sweep["estimators"][0],
+    "smoke": bool(sweep.get("smoke", False)),
+    "runs": [r.to_dict() for r in runs],
+  }
+  path = root / MANIFEST
+  path.write_text(json.dumps(manifest, indent=2) + "\n")
+  return path
+
+
+@dataclasses.dataclass
+class RunResult:
+  name: str
+  status: str  # "skipped" (already finished), "ok" or "failed"
+  seconds: float = 0.0
+  returncode: int | None = None
+  log: str | None = None
+
+
+def launch(
+  run: RunSpec,
+  root: str | os.PathLike,
+  *,
+  python: str = sys.executable,
+  module: str = "agentic_rl.main",
+  distributed: bool = False,
+) -> RunResult:
+  """Runs one run to completion (resuming it if it was interrupted)."""
+  if is_finished(root, run):
+    return RunResult(run.name, "skipped")
+  wd = workdir(root, run)
+  wd.mkdir(parents=True, exist_ok=True)
+  log = wd / "run.log"
+  env = {**os.environ, **environ(run, distributed)}
+  start = time.perf_counter()
+  with open(log, "a") as f:
+    f.write(f"$ {shell_command(run, root, python=python)}\n")
+    f.flush()
+    proc = subprocess.run(
+      command(run, root, python=python, module=module),
+      cwd=REPO_ROOT,
+      env=env,
+      stdout=f,
+      stderr=subprocess.STDOUT,
+    )
+  seconds = time.perf_counter() - start
+  ok = proc.returncode == 0 and is_finished(root, run)
+  # Wall time of this launch (a resumed run adds its launches up).
+  timing = wd / TIMING
+  previous = (
+    json.loads(timing.read_text())["seconds"] if timing.is_file() else 0
+  )
+  timing.write_text(
+    json.dumps({"seconds": previous + seconds, "returncode": proc.returncode})
+  )
+  return RunResult(
+    run.name, "ok" if ok else "failed", seconds, proc.returncode, str(log)
+  )
+
+
+def run_sweep(
+  runs: Sequence[RunSpec],
+  root: str | os.PathLike,
+  *,
+  workers: int = 1,
+  python: str = sys.executable,
+  module: str = "agentic_rl.main",
+  distributed: bool = False,
+  on_result: Callable[[RunResult], None] | None = None,
+) -> list[RunResult]:
+  """Runs every unfinished run, `workers` processes at a time, in order.
+
+  A failed run does not stop the others; its log stays in its workdir.
+  """
+  if workers < 1:
+    raise SweepSpecError(f"--workers must be >= 1, got {workers}")
+  results: dict[str, RunResult] = {}
+  with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+    futures = {
+      pool.submit(
+        launch,
+        run,
+        root,
+        python=python,
+        module=module,
+        distributed=distributed,
+      ): run
+      for run in runs
+    }
+    for future in concurrent.futures.as_completed(futures):
+      result = future.result()
+      results[result.name] = result
+      if on_result is not None:
+        on_result(result)
+  return [results[r.name] for r in runs]

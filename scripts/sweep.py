@@ -1,0 +1,86 @@
+"""Expands an ablation config's sweep into runs and runs them, or prints them.
+
+  python scripts/sweep.py \
+      --config=configs/ablations/credit_assignment.py:smoke \
+      --root=runs/ca_smoke [--workers=2] [--print_commands] [--mesh=2,2,2] \
+      [--distributed]
+
+Runs whose workdir holds summary.json are skipped; interrupted ones resume
+from their checkpoints. `--print_commands` prints one launch line per
+unfinished run (for a cluster scheduler or a TPU pod) instead of running.
+`--distributed` sets AGENTIC_RL_DISTRIBUTED=1 on each run so that
+`agentic_rl.main` calls `jax.distributed.initialize()` (multi-host).
+The manifest `<root>/sweep.json` is what scripts/report.py reads.
+"""
+
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from absl import app, flags  # noqa: E402
+
+from agentic_rl import sweeps  # noqa: E402
+
+_CONFIG = flags.DEFINE_string(
+  "config", None, "Ablation config with a `sweep` field (file.py:arg)."
+)
+_ROOT = flags.DEFINE_string("root", None, "Parent of the runs' workdirs.")
+_WORKERS = flags.DEFINE_integer("workers", 1, "Runs at a time.")
+_PRINT = flags.DEFINE_bool(
+  "print_commands", False, "Print launch commands instead of running."
+)
+_MESH = flags.DEFINE_string(
+  "mesh", None, "config.mesh.shape for every grid run, e.g. 2,2,2."
+)
+_DISTRIBUTED = flags.DEFINE_bool(
+  "distributed", False, "Multi-host: jax.distributed.initialize() per run."
+)
+_PYTHON = flags.DEFINE_string(
+  "python", sys.executable, "Interpreter for the runs (local runs only)."
+)
+flags.mark_flags_as_required(["config", "root"])
+
+
+def main(argv: list[str]) -> int:
+  del argv
+  config = sweeps.load_config(_CONFIG.value)
+  mesh = sweeps.parse_mesh(_MESH.value) if _MESH.value else None
+  runs = sweeps.expand(config.get("sweep"), mesh=mesh)
+  todo = [r for r in runs if not sweeps.is_finished(_ROOT.value, r)]
+  if _PRINT.value:
+    for run in todo:
+      print(
+        sweeps.shell_command(run, _ROOT.value, distributed=_DISTRIBUTED.value)
+      )
+    return 0
+  sweeps.write_manifest(_ROOT.value, config.sweep, runs, _CONFIG.value)
+  print(
+    f"{len(runs)} runs, {len(runs) - len(todo)} already finished, "
+    f"{len(todo)} to run with {_WORKERS.value} worker(s)",
+    flush=True,
+  )
+
+  def report(r: sweeps.RunResult) -> None:
+    extra = "" if r.status == "skipped" else f" in {r.seconds:.0f}s"
+    if r.status == "failed":
+      extra += f" (exit {r.returncode}; log {r.log})"
+    print(f"{r.status:>7}  {r.name}{extra}", flush=True)
+
+  results = sweeps.run_sweep(
+    runs,
+    _ROOT.value,
+    workers=_WORKERS.value,
+    python=_PYTHON.value,
+    distributed=_DISTRIBUTED.value,
+    on_result=report,
+  )
+  failed = [r.name for r in results if r.status == "failed"]
+  if failed:
+    print(f"{len(failed)} run(s) failed: {failed}", file=sys.stderr)
+    return 1
+  return 0
+
+
+if __name__ == "__main__":
+  app.run(lambda argv: sys.exit(main(argv)))
