@@ -13,11 +13,14 @@ For every environment and estimator this computes, over seeds,
   paired differences against the baseline estimator (same seed), mean and
   95% t-interval of the difference.
 
-Evaluation points come from the metrics file's `eval/*` entries (RL steps)
-and from `summary.json`'s SFT evaluation (step 0). The RL step of a metrics
-row is its rank among the RL rows' distinct `step` values: this is robust to
-rows repeated by a resumed run (same step value, the later row wins) and to
-the row's `step` holding something other than the RL iteration.
+Evaluation points come from the metrics file's `eval/*` entries: the row
+at step 0 (no `sft/` keys) is the SFT policy's evaluation (older runs lack
+it; then `summary.json`'s SFT evaluation is used), and the RL rows (step >
+0, no `sft/` keys) carry the evaluations every `eval_every` steps. The RL
+step of an RL row is its rank among the RL rows' distinct `step` values:
+this is robust to rows repeated by a resumed run (same step value, the
+later row wins) and to a row's `step` holding a count other than the RL
+iteration (the loop has logged the optimizer step there).
 """
 
 from __future__ import annotations
@@ -169,11 +172,21 @@ def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
   return rows
 
 
+def _is_sft(row: Mapping[str, Any]) -> bool:
+  return any(k.startswith(SFT_PREFIX) for k in row)
+
+
+def sft_eval_row(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+  """The post-SFT evaluation row (step 0), the last one if repeated."""
+  found = [r for r in rows if not _is_sft(r) and r["step"] == 0]
+  return dict(found[-1]) if found else None
+
+
 def rl_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
   """RL rows in step order, one per step, with "rl_step" = 1, 2, ...."""
   by_step: dict[float, dict[str, Any]] = {}
   for row in rows:
-    if not any(k.startswith(SFT_PREFIX) for k in row):
+    if not _is_sft(row) and row["step"] > 0:
       by_step[float(row["step"])] = dict(row)  # a resumed run's rewrite wins
   ordered = [by_step[s] for s in sorted(by_step)]
   for i, row in enumerate(ordered):
@@ -194,10 +207,19 @@ def load_run(root: str | os.PathLike, run: Mapping[str, Any]) -> RunCurve:
   """A finished run's curve from its workdir (named errors otherwise)."""
   wd = pathlib.Path(root) / run["name"]
   summary = _read_json(wd / "summary.json")
-  rows = rl_rows(read_metrics(wd / "logs" / "metrics.jsonl"))
+  all_rows = read_metrics(wd / "logs" / "metrics.jsonl")
+  rows = rl_rows(all_rows)
   evals = [r for r in rows if "eval/success_rate" in r]
+  first = sft_eval_row(all_rows)
   sft = [e for e in summary.get("evals", []) if e.get("phase") == "sft"]
-  points = [(0, sft[0]["success_rate"], sft[0]["return_mean"])] if sft else []
+  if first is not None and "eval/success_rate" in first:
+    points = [
+      (0, first["eval/success_rate"], first.get("eval/return_mean", math.nan))
+    ]
+  elif sft:
+    points = [(0, sft[0]["success_rate"], sft[0]["return_mean"])]
+  else:
+    points = []
   points += [
     (r["rl_step"], r["eval/success_rate"], r.get("eval/return_mean", math.nan))
     for r in evals

@@ -9,7 +9,8 @@ An ablation config (`configs/ablations/*.py`) returns its base config plus
   seeds       config.seed values; a seed is one paired replicate
   smoke       appends `smoke` to every run's config arg
   baseline    the estimator the report compares every other one against
-  overrides   config field -> value, applied to every grid run
+  overrides   nested config fields -> values, applied to every grid run
+              ({"rl": {"steps": 5}} is `--config.rl.steps=5`)
   checks      extra runs that are not part of the comparison (e.g. the
               sharded path on simulated devices): dicts with name, env,
               estimator, seed, overrides and env_vars
@@ -125,8 +126,21 @@ def _as_dict(value: Any, what: str) -> dict[str, Any]:
   raise SweepSpecError(f"sweep.{what} must be a mapping, got {value!r}")
 
 
+def flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+  """{"rl": {"steps": 5}} -> {"rl.steps": 5} (ConfigDicts forbid dots)."""
+  flat = {}
+  for key, value in values.items():
+    if isinstance(value, (Mapping, ml_collections.ConfigDict)):
+      flat.update(flatten(_as_dict(value, key), f"{prefix}{key}."))
+    else:
+      flat[f"{prefix}{key}"] = value
+  return flat
+
+
 def _overrides(values: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
-  return tuple(sorted((k, override_value(v)) for k, v in values.items()))
+  return tuple(
+    sorted((k, override_value(v)) for k, v in flatten(values).items())
+  )
 
 
 def _check_sweep(sweep: Any) -> None:
@@ -163,7 +177,7 @@ def expand(sweep: Any, mesh: tuple[int, ...] | None = None) -> list[RunSpec]:
   smoke = bool(sweep.get("smoke", False))
   common = _as_dict(sweep.get("overrides", {}), "overrides")
   if mesh is not None:
-    common["mesh.shape"] = tuple(mesh)
+    common = {**flatten(common), "mesh.shape": tuple(mesh)}
 
   def spec(env, est, seed, name, overrides, env_vars=(), kind="grid"):
     if env not in envs:

@@ -64,7 +64,7 @@ def _sharded_check() -> dict:
     "env": "sokoban",
     "estimator": "gigpo",
     "seed": 0,
-    "overrides": {"mesh.shape": (2, 2, 2), "rl.minibatch_size": 4},
+    "overrides": {"mesh": {"shape": (2, 2, 2)}, "rl": {"minibatch_size": 4}},
     "env_vars": {"XLA_FLAGS": "--xla_force_host_platform_device_count=8"},
   }
 

@@ -1,0 +1,239 @@
+"""Sweep expansion, launch commands, and skip/resume on a fake tiny sweep."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import ml_collections
+import pytest
+
+from agentic_rl import sweeps
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+ABLATION = "configs/ablations/credit_assignment.py"
+
+# A stand-in for agentic_rl.main with the same flags: it "trains" by writing
+# a checkpoint marker, crashes once if asked to, and on a launch that finds
+# the marker it resumes and writes summary.json (as the loop does).
+FAKE_MAIN = textwrap.dedent(
+  """
+  import json, pathlib, sys
+  args = dict(a[2:].split("=", 1) for a in sys.argv[1:])
+  wd = pathlib.Path(args["workdir"])
+  wd.mkdir(parents=True, exist_ok=True)
+  with open(wd / "launches.txt", "a") as f:
+    f.write(json.dumps(args) + "\\n")
+  resumed = (wd / "ckpt").exists()
+  (wd / "ckpt").write_text("1")
+  if (wd / "crash_once").exists() and not resumed:
+    sys.exit(3)
+  (wd / "summary.json").write_text(json.dumps({"resumed": resumed}))
+  """
+)
+
+
+def _tiny_sweep(**changes) -> ml_collections.ConfigDict:
+  sweep = ml_collections.ConfigDict(
+    {
+      "name": "tiny",
+      "envs": {"sokoban": "configs/sokoban.py"},
+      "estimators": ("grpo", "gigpo"),
+      "seeds": (0, 1),
+      "smoke": True,
+      "baseline": "grpo",
+      "overrides": {"rl": {"steps": 1}},
+      "checks": (),
+    }
+  )
+  sweep.update(changes)
+  return sweep
+
+
+def test_full_sweep_is_the_paired_grid():
+  config = sweeps.load_config(ABLATION)
+  runs = sweeps.expand(config.sweep)
+  assert len(runs) == 3 * 7 * 3
+  assert {r.env for r in runs} == {"sokoban", "frozenlake", "flights"}
+  assert {r.estimator for r in runs} >= {
+    "grpo",
+    "dr_grpo",
+    "rloo",
+    "gigpo",
+    "gigpo_std",
+    "turn_discounted",
+    "prm_weighted",
+  }
+  assert {r.seed for r in runs} == {0, 1, 2}
+  assert "frozenlake/gigpo_std/seed2" in {r.name for r in runs}
+  assert all(r.kind == "grid" and "smoke" not in r.config_arg for r in runs)
+  # Deterministic: the same config expands to the same runs, in order.
+  assert runs == sweeps.expand(sweeps.load_config(ABLATION).sweep)
+
+
+def test_smoke_sweep_has_a_sharded_check():
+  runs = sweeps.expand(sweeps.load_config(ABLATION + ":smoke").sweep)
+  grid = [r for r in runs if r.kind == "grid"]
+  (check,) = [r for r in runs if r.kind == "check"]
+  assert len(grid) == 2 * 2 * 2
+  assert all(r.config_arg.endswith(",smoke") for r in runs)
+  assert dict(check.env_vars)["XLA_FLAGS"].endswith("device_count=8")
+  assert dict(check.overrides)["mesh.shape"] == "(2,2,2)"
+  line = sweeps.shell_command(check, "runs/x")
+  assert line.startswith("XLA_FLAGS=--xla_force_host_platform_device_count=8 ")
+  assert "'--config.mesh.shape=(2,2,2)'" in line
+
+
+@pytest.mark.parametrize("env", ["sokoban", "frozenlake", "flights"])
+def test_runs_of_one_seed_differ_only_in_the_estimator(env):
+  # The paired design: a seed's runs share every field but `estimator`
+  # (so the same init, task order and environment seeds).
+  runs = [
+    r
+    for r in sweeps.expand(sweeps.load_config(ABLATION).sweep)
+    if r.env == env and r.seed == 1
+  ]
+  configs = []
+  for r in runs:
+    c = sweeps.load_config(f"{r.config_file}:{r.config_arg}").to_dict()
+    c["seed"] = int(dict(r.overrides)["seed"])
+    configs.append(c)
+  estimators = {json.dumps(c.pop("estimator"), sort_keys=True) for c in configs}
+  assert len(estimators) == len(runs)
+  assert all(c == configs[0] for c in configs)
+  assert configs[0]["seed"] == 1
+
+
+def test_env_configs():
+  lake = sweeps.load_config("configs/frozenlake.py:gigpo,smoke")
+  assert lake.env.name == "frozenlake" and lake.env.options.slippery
+  flights = sweeps.load_config("configs/flights.py:rloo")
+  assert flights.env.name == "flights"
+  assert flights.rollout.protocol == "tool_call"
+  assert flights.estimator.name == "rloo"
+
+
+def test_commands_and_overrides():
+  (run, *_) = sweeps.expand(_tiny_sweep(), mesh=(8, 1, 1))
+  argv = sweeps.command(run, "/r", python="py")
+  assert argv[:5] == [
+    "py",
+    "-m",
+    "agentic_rl.main",
+    "--config=configs/sokoban.py:grpo,smoke",
+    "--workdir=/r/sokoban/grpo/seed0",
+  ]
+  assert set(argv[5:]) == {
+    "--config.mesh.shape=(8,1,1)",
+    "--config.rl.steps=1",
+    "--config.seed=0",
+  }
+  line = sweeps.shell_command(run, "/r", distributed=True)
+  assert line.startswith(f"{sweeps.DISTRIBUTED_ENV}=1 python -m")
+  assert sweeps.override_value(True) == "true"
+  assert sweeps.override_value((4,)) == "(4,)"
+  assert sweeps.parse_mesh("2, 2,2") == (2, 2, 2)
+
+
+@pytest.mark.parametrize(
+  "changes, match",
+  [
+    ({"seeds": (0, 0)}, "duplicates"),
+    ({"seeds": ("0",)}, "ints"),
+    ({"estimators": ()}, "non-empty"),
+    ({"baseline": "rloo"}, "not swept"),
+    ({"envs": {"sokoban": "configs/nope.py"}}, "no such file"),
+    ({"checks": ({"name": "c", "env": "atari"},)}, "lacks|unknown env"),
+  ],
+)
+def test_bad_sweeps_are_named_errors(changes, match):
+  with pytest.raises(sweeps.SweepSpecError, match=match):
+    sweeps.expand(_tiny_sweep(**changes))
+
+
+def test_bad_inputs_are_named_errors():
+  with pytest.raises(sweeps.SweepSpecError, match="no `sweep`"):
+    sweeps.expand(None)
+  with pytest.raises(sweeps.SweepSpecError, match="lacks"):
+    sweeps.expand({"name": "x"})
+  with pytest.raises(sweeps.SweepSpecError, match="not found"):
+    sweeps.load_config("configs/missing.py:smoke")
+  for bad in ("2,2", "a,b,c", "0,1,1"):
+    with pytest.raises(sweeps.SweepSpecError, match="--mesh"):
+      sweeps.parse_mesh(bad)
+  with pytest.raises(ValueError, match="smoke"):
+    sweeps.load_config(ABLATION + ":gigpo")
+
+
+def test_fake_sweep_skips_finished_and_resumes_interrupted(
+  tmp_path, monkeypatch
+):
+  (tmp_path / "fake_main.py").write_text(FAKE_MAIN)
+  monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+  root = tmp_path / "runs"
+  sweep = _tiny_sweep()
+  runs = sweeps.expand(sweep)
+  sweeps.write_manifest(root, sweep, runs, "tiny.py")
+  # One run crashes on its first launch; one finished before this sweep.
+  crashing, done = runs[1], runs[2]
+  sweeps.workdir(root, crashing).mkdir(parents=True)
+  (sweeps.workdir(root, crashing) / "crash_once").write_text("")
+  sweeps.workdir(root, done).mkdir(parents=True)
+  (sweeps.workdir(root, done) / "summary.json").write_text("{}")
+
+  first = sweeps.run_sweep(runs, root, workers=2, module="fake_main")
+  status = {r.name: r.status for r in first}
+  assert status == {
+    runs[0].name: "ok",
+    crashing.name: "failed",
+    done.name: "skipped",
+    runs[3].name: "ok",
+  }
+  assert first[1].returncode == 3
+
+  second = sweeps.run_sweep(runs, root, workers=1, module="fake_main")
+  assert [r.status for r in second] == ["skipped", "ok", "skipped", "skipped"]
+  resumed = json.loads(
+    (sweeps.workdir(root, crashing) / "summary.json").read_text()
+  )
+  assert resumed == {"resumed": True}
+  launches = (sweeps.workdir(root, crashing) / "launches.txt").read_text()
+  assert len(launches.splitlines()) == 2
+  first_args = json.loads(launches.splitlines()[0])
+  assert first_args["config.seed"] == "1"
+  assert first_args["config.rl.steps"] == "1"
+  timing = json.loads(
+    (sweeps.workdir(root, crashing) / "sweep_timing.json").read_text()
+  )
+  assert timing["returncode"] == 0 and timing["seconds"] > 0
+  manifest = json.loads((root / "sweep.json").read_text())
+  assert [r["name"] for r in manifest["runs"]] == [r.name for r in runs]
+  assert manifest["baseline"] == "grpo"
+
+
+def test_script_prints_one_command_per_unfinished_run(tmp_path):
+  root = tmp_path / "ca"
+  (root / "sokoban/gigpo/seed0").mkdir(parents=True)
+  (root / "sokoban/gigpo/seed0/summary.json").write_text("{}")
+  out = subprocess.run(
+    [
+      sys.executable,
+      "scripts/sweep.py",
+      f"--config={ABLATION}:smoke",
+      f"--root={root}",
+      "--print_commands",
+      "--distributed",
+    ],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    check=True,
+    env={**os.environ, "JAX_PLATFORMS": "cpu"},
+  )
+  lines = out.stdout.strip().splitlines()
+  assert len(lines) == 2 * 2 * 2 + 1 - 1
+  assert all(sweeps.DISTRIBUTED_ENV + "=1" in line for line in lines)
+  assert not any("sokoban/gigpo/seed0 " in line for line in lines)
+  assert not (root / "sweep.json").exists()  # printing launches nothing
