@@ -57,10 +57,13 @@ def _policy(args, mdp, tokenizer) -> tuple[np.ndarray, str]:
     )
   model = build("tiny", args.model_seed)
   template = RolloutConfig().prompt_template
-  pi = exact.model_policy(model, tokenizer, mdp, template)
+  pi = exact.model_policy(
+    model, tokenizer, mdp, template, temperature=args.model_temperature
+  )
   return pi, (
     f"tiny preset, random init (seed {args.model_seed}), Markov policy by "
-    f"teacher forcing, prompt_template {template!r}"
+    f"teacher forcing, prompt_template {template!r}, sequence temperature "
+    f"{args.model_temperature}"
   )
 
 
@@ -107,6 +110,12 @@ def main() -> None:
     help="soft_optimal temperature (default 0.01 / 0.5)",
   )
   p.add_argument("--model_seed", type=int, default=0)
+  p.add_argument(
+    "--model_temperature",
+    type=float,
+    default=1.0,
+    help="pi ~ p(move text)^(1/T) for the model policy",
+  )
   p.add_argument("--group_sizes", default="2,4,8,16")
   p.add_argument("--seeds", default="0,1,2")
   p.add_argument("--threshold", type=float, default=1e-3)
@@ -144,6 +153,8 @@ def main() -> None:
   )
   result["args"] = vars(args)
   name = f"{args.env}_{variant}_{args.policy}"
+  if args.policy == "model" and args.model_temperature != 1.0:
+    name += f"_T{args.model_temperature:g}"
   title = (
     f"{args.env} {variant}, {args.policy}, H={args.horizon}, {args.tasks} tasks"
   )

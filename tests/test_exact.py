@@ -226,6 +226,11 @@ def test_model_policy_matches_full_teacher_forcing():
   ref = np.exp(np.asarray(logps) - np.logaddexp.reduce(logps))
   np.testing.assert_allclose(pi[s], ref, rtol=1e-4, atol=1e-6)
   assert np.all(pi[mdp.terminal_S] == 0.25)
+  # A sequence temperature of 2 takes the square root before normalizing.
+  pi2 = exact.model_policy(model, TOK, mdp, template, 8, temperature=2.0)
+  np.testing.assert_allclose(
+    pi2[s], np.sqrt(ref) / np.sqrt(ref).sum(), rtol=1e-4, atol=1e-6
+  )
 
 
 # ---------------------------------------------------------------------------

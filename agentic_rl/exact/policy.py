@@ -120,10 +120,15 @@ def model_policy(
   mdp: TabularMDP,
   prompt_template: str = "{observation}\n",
   chunk_rows: int = 512,
+  temperature: float = 1.0,
 ) -> np.ndarray:
   """The model's Markov policy at every non-terminal state, pi_SxA.
 
-  `prompt_template` is `RolloutConfig.prompt_template`. Terminal states are
+  `prompt_template` is `RolloutConfig.prompt_template`. `temperature` > 1
+  softens the sequence-level distribution, pi proportional to
+  p(text)^(1 / temperature): each extra token of a longer move text costs
+  its log-prob, so an untrained model strongly prefers the shortest text
+  (`Up`) and is nearly deterministic at temperature 1. Terminal states are
   never acted in; they get the uniform policy so every row is a
   distribution.
   """
@@ -135,5 +140,5 @@ def model_policy(
     model, tokenizer, prompts, action_texts(mdp), chunk_rows
   )
   pi_SxA = np.full((mdp.num_states, 4), 0.25)
-  pi_SxA[live] = softmax_policy(logp_NxA, 1.0)
+  pi_SxA[live] = softmax_policy(logp_NxA, temperature)
   return pi_SxA
