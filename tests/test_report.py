@@ -1,0 +1,232 @@
+"""Report statistics on hand-made metrics files, hand-computed goldens."""
+
+import json
+import math
+import pathlib
+
+import numpy as np
+import pytest
+
+from agentic_rl import report
+
+T_975_2 = 4.302652729911275  # Student t quantile, 0.975, 2 dof
+
+
+def test_t_interval_by_hand():
+  # [1, 2, 3]: mean 2, s = 1, half width = t * 1 / sqrt(3).
+  ci = report.t_interval([1.0, 2.0, 3.0])
+  half = T_975_2 / math.sqrt(3)
+  assert ci.mean == pytest.approx(2.0)
+  assert (ci.lo, ci.hi) == pytest.approx((2 - half, 2 + half))
+  assert ci.n == 3 and not ci.excludes_zero()
+  one = report.t_interval([0.5])
+  assert one.mean == 0.5 and math.isnan(one.lo) and one.to_dict()["lo"] is None
+  assert report.t_interval([]).n == 0
+
+
+def test_auc_and_threshold_by_hand():
+  # Trapezoids: (0 + 1) / 2 * 1 + (1 + 1) / 2 * 2 = 2.5 over a range of 3.
+  assert report.normalized_auc([0, 1, 3], [0, 1, 1]) == pytest.approx(2.5 / 3)
+  assert report.normalized_auc([5], [0.25]) == 0.25
+  with pytest.raises(report.ReportError, match="increase"):
+    report.normalized_auc([0, 2, 1], [0, 0, 0])
+  assert report.steps_to_threshold([0, 5, 10], [0.1, 0.5, 0.9], 0.5) == 5
+  assert report.steps_to_threshold([0, 5], [0.1, 0.2], 0.5) is None
+
+
+def test_paired_difference_by_hand():
+  treated = {0: 0.5, 1: 0.7, 2: 0.6, 7: 1.0}  # seed 7 has no partner
+  baseline = {0: 0.4, 1: 0.4, 2: 0.5}
+  # Differences 0.1, 0.3, 0.1: mean 1/6, s = 0.2 / sqrt(3).
+  ci = report.paired_difference(treated, baseline)
+  half = T_975_2 * (0.2 / math.sqrt(3)) / math.sqrt(3)
+  assert ci.n == 3
+  assert ci.mean == pytest.approx(1 / 6)
+  assert (ci.lo, ci.hi) == pytest.approx((1 / 6 - half, 1 / 6 + half))
+
+
+def _write_run(root, name, curve, *, sft_row=True, resumed=False, nan=False):
+  """A run dir as the loop writes it; curve = [(rl_step, success, return)].
+
+  RL rows carry the optimizer step in `step` (4.5, 8.5, ...), as the loop
+  logs them, not the RL iteration.
+  """
+  wd = pathlib.Path(root) / name
+  (wd / "logs").mkdir(parents=True)
+  rows = [{"step": i, "time": 0.0, "sft/loss": 1.0} for i in (1, 2, 3)]
+  evals = dict((s, (sr, r)) for s, sr, r in curve)
+  if sft_row:
+    sr, r = evals[0]
+    rows.append({"step": 0, "eval/success_rate": sr, "eval/return_mean": r})
+  last = max(evals)
+  for i in range(1, last + 1):
+    row = {"step": 0.5 + 4 * i, "loss": "NaN" if nan else 0.1}
+    if i in evals:
+      row["eval/success_rate"], row["eval/return_mean"] = evals[i]
+    rows.append(row)
+    if resumed and i == 1:  # a resumed run logs step 1 again (same values)
+      rows.append(dict(row))
+  (wd / "logs" / "metrics.jsonl").write_text(
+    "".join(json.dumps(r) + "\n" for r in rows)
+  )
+  summary = {
+    "evals": [
+      {"phase": "sft", "rl_step": 0, "success_rate": evals[0][0]},
+    ]
+  }
+  summary["evals"][0]["return_mean"] = evals[0][1]
+  (wd / "summary.json").write_text(json.dumps(summary))
+  name_ = "gigpo" if "gigpo" in name else "grpo"
+  (wd / "config.json").write_text(json.dumps({"estimator": {"name": name_}}))
+  (wd / "sweep_timing.json").write_text(json.dumps({"seconds": 10.0}))
+
+
+# Held-out success per (estimator, seed) at RL steps 0, 1, 2.
+CURVES = {
+  ("grpo", 0): [(0, 0.0, -1.0), (1, 0.2, -0.5), (2, 0.4, 0.0)],
+  ("grpo", 1): [(0, 0.0, -1.0), (1, 0.4, -0.2), (2, 0.6, 0.2)],
+  ("grpo", 2): [(0, 0.2, -0.8), (1, 0.2, -0.6), (2, 0.5, 0.0)],
+  ("gigpo", 0): [(0, 0.0, -1.0), (1, 0.4, 0.0), (2, 0.5, 0.2)],
+  ("gigpo", 1): [(0, 0.0, -1.0), (1, 0.6, 0.2), (2, 0.9, 0.6)],
+  ("gigpo", 2): [(0, 0.2, -0.8), (1, 0.2, -0.4), (2, 0.6, 0.4)],
+}
+
+
+@pytest.fixture
+def sweep_root(tmp_path):
+  root = tmp_path / "ca"
+  runs = []
+  for (est, seed), curve in CURVES.items():
+    name = f"lake/{est}/seed{seed}"
+    # seed 0 of grpo: an older run without the step-0 row, resumed once.
+    old = (est, seed) == ("grpo", 0)
+    _write_run(root, name, curve, sft_row=not old, resumed=old)
+    runs.append({"name": name, "env": "lake", "estimator": est, "seed": seed})
+  _write_run(root, "checks/mesh", CURVES[("grpo", 0)], nan=True)
+  runs.append(
+    {
+      "name": "checks/mesh",
+      "env": "lake",
+      "estimator": "grpo",
+      "seed": 0,
+      "kind": "check",
+    }
+  )
+  runs.append(
+    {"name": "lake/rloo/seed0", "env": "lake", "estimator": "rloo", "seed": 0}
+  )  # never run: reported as unfinished
+  manifest = {
+    "name": "tiny",
+    "config": "tiny.py:smoke",
+    "envs": ["lake"],
+    "estimators": ["grpo", "gigpo", "rloo"],
+    "seeds": [0, 1, 2],
+    "baseline": "grpo",
+    "smoke": True,
+    "runs": runs,
+  }
+  (root / "sweep.json").write_text(json.dumps(manifest))
+  return root
+
+
+def test_load_run_reads_curve_from_metrics(sweep_root):
+  run = {"name": "lake/grpo/seed0", "env": "lake", "estimator": "grpo"}
+  curve = report.load_run(sweep_root, {**run, "seed": 0})
+  assert curve.steps.tolist() == [0, 1, 2]
+  assert curve.success.tolist() == [0.0, 0.2, 0.4]
+  assert curve.returns.tolist() == [-1.0, -0.5, 0.0]
+  assert curve.rows == 2 and curve.finite and curve.seconds == 10.0
+
+
+def test_summary_statistics_by_hand(sweep_root):
+  manifest, grid, checks, missing = report.load_sweep(sweep_root)
+  assert missing == ["lake/rloo/seed0"]
+  s = report.summarize(manifest, grid, checks, missing, threshold=0.5)
+  grpo, gigpo = s["envs"]["lake"]["grpo"], s["envs"]["lake"]["gigpo"]
+  # Final success: grpo 0.4, 0.6, 0.5; gigpo 0.5, 0.9, 0.6.
+  assert grpo["final_success"]["mean"] == pytest.approx(0.5)
+  half = T_975_2 * 0.1 / math.sqrt(3)  # s of (0.4, 0.6, 0.5) = 0.1
+  assert grpo["final_success"]["lo"] == pytest.approx(0.5 - half)
+  assert gigpo["final_success"]["mean"] == pytest.approx(2 / 3)
+  assert gigpo["final_return"]["mean"] == pytest.approx(0.4)
+  # AUC over steps 0..2: (a + 2b + c) / 4 per run.
+  auc_grpo = [(0 + 0.4 + 0.4) / 4, (0 + 0.8 + 0.6) / 4, (0.2 + 0.4 + 0.5) / 4]
+  assert grpo["auc_success"]["mean"] == pytest.approx(sum(auc_grpo) / 3)
+  # Paired: gigpo - grpo final success = 0.1, 0.3, 0.1.
+  d = gigpo["vs_baseline"]["final_success"]
+  assert d["mean"] == pytest.approx(1 / 6) and d["n"] == 3
+  assert "vs_baseline" not in grpo
+  # Threshold 0.5: grpo seeds reach it at step -, 2, 2; gigpo at 2, 1, 2.
+  assert grpo["steps_to_threshold"] == {
+    "mean_over_reached": 2.0,
+    "reached": 2,
+    "runs": 3,
+  }
+  assert gigpo["steps_to_threshold"]["mean_over_reached"] == pytest.approx(
+    5 / 3
+  )
+  (check,) = s["checks"]
+  assert check["name"] == "checks/mesh" and not check["finite"]
+  assert s["seconds_per_run"]["mean"] == pytest.approx(10.0)
+  (finding,) = report.findings(s)
+  assert "gigpo − grpo" in finding and "95% CI covers 0" in finding
+
+
+def test_write_report_files(sweep_root, tmp_path):
+  out = tmp_path / "out"
+  summary = report.write_report(str(sweep_root), str(out), threshold=0.5)
+  readme = (out / "README.md").read_text()
+  assert "Smoke-size sweep, not the experiment" in readme
+  assert "| gigpo | 3 | 0.667 [" in readme
+  assert "86.7 vs 72.8" in readme
+  assert "lake/rloo/seed0" in readme
+  assert "all metrics finite: NO" in readme
+  assert (out / "curves_lake.png").stat().st_size > 1000
+  assert (out / "advantages.png").stat().st_size > 1000
+  saved = json.loads((out / "results.json").read_text())
+  assert saved["envs"]["lake"]["gigpo"]["final_success"]["n"] == 3
+  assert [r["estimator"] for r in summary["credit_table"]] == ["grpo", "gigpo"]
+
+
+def _curve(seed, steps, success):
+  return report.RunCurve(
+    name=f"e/x/seed{seed}",
+    env="e",
+    estimator="x",
+    seed=seed,
+    steps=np.asarray(steps, np.float64),
+    success=np.asarray(success, np.float64),
+    returns=np.zeros(len(steps)),
+    finite=True,
+    rows=len(steps),
+    estimator_config={},
+    seconds=None,
+  )
+
+
+def test_mean_curve_interpolates_onto_union():
+  a = _curve(0, [0, 2], [0.0, 1.0])  # evaluated at 0 and 2 only: 0.5 at 1
+  b = _curve(1, [0, 1, 2], [0.0, 0.0, 0.0])
+  steps, mean, lo, hi = report.mean_curve([a, b])
+  assert steps.tolist() == [0, 1, 2]
+  assert mean.tolist() == pytest.approx([0.0, 0.25, 0.5])
+  # Two seeds: t_{0.975,1} = 12.706 times s / sqrt(2) = |a - b| / 2.
+  assert hi[2] - mean[2] == pytest.approx(12.706204736 * 0.5)
+
+
+def test_bad_inputs_are_named_errors(sweep_root, tmp_path):
+  with pytest.raises(report.ReportError, match="sweep.json"):
+    report.load_sweep(tmp_path / "nowhere")
+  bad = sweep_root / "lake/grpo/seed1/logs/metrics.jsonl"
+  bad.write_text('{"step": 1, "loss": 0.1}\n{"step": 2, "lo')
+  with pytest.raises(report.ReportError, match="malformed metrics"):
+    report.load_sweep(sweep_root)
+  bad.write_text('{"loss": 0.1}\n')
+  with pytest.raises(report.ReportError, match="no numeric 'step'"):
+    report.load_sweep(sweep_root)
+  bad.unlink()
+  with pytest.raises(report.ReportError, match="missing metrics"):
+    report.load_sweep(sweep_root)
+  (sweep_root / "sweep.json").write_text('{"name": "x"}')
+  with pytest.raises(report.ReportError, match="lacks"):
+    report.load_sweep(sweep_root)
