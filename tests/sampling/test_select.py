@@ -87,7 +87,8 @@ def test_sampled_frequencies_match_reported_logprobs():
 
 def test_greedy_is_argmax_with_model_logprob():
   logits = jnp.asarray([[0.1, 2.0, 0.3], [1.0, -1.0, 0.0]])
-  tokens, logp = select_tokens(
+  select = jax.jit(select_tokens, static_argnames="filtered")
+  tokens, logp = select(
     jax.random.key(0),
     logits,
     jnp.zeros((2,)),
@@ -128,9 +129,8 @@ def test_all_greedy_fast_path_matches_general_path():
   logits = jax.random.normal(jax.random.key(5), (6, 40))
   zeros = jnp.zeros((6,))
   args = (logits, zeros, jnp.zeros((6,), jnp.int32), jnp.ones((6,)))
-  fast = select_tokens(
-    jax.random.key(0), *args, filtered=False, all_greedy=True
-  )
-  slow = select_tokens(jax.random.key(0), *args, filtered=True)
+  select = jax.jit(select_tokens, static_argnames=("filtered", "all_greedy"))
+  fast = select(jax.random.key(0), *args, filtered=False, all_greedy=True)
+  slow = select(jax.random.key(0), *args, filtered=True)
   np.testing.assert_array_equal(fast[0], slow[0])
   np.testing.assert_allclose(fast[1], slow[1], rtol=1e-6)
