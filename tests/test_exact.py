@@ -288,3 +288,17 @@ def test_study_runs_and_oracle_is_unbiased():
   assert 0.7 < oracle["scale"] < 1.3
   text = study.markdown(res, "t")
   assert "| GRPO | 1 |" in text
+
+
+def test_truth_fits_a_turn_bucket_shorter_than_the_horizon():
+  # A horizon of 40 on a 2x2 lake: episodes end long before, so the packed
+  # batch's turn bucket is shorter than the horizon.
+  mdp = _lake_mdp(["SF", "HG"])
+  pi = exact.uniform_policy(mdp)
+  eps = study.sample_episodes(mdp, pi, 40, 4, np.random.default_rng(0))
+  trajs = study.to_trajectories(mdp, eps, pi, TOK)
+  t_b = packing.pack(trajs).turn_mask_BxT.shape[1]
+  assert int(eps.length_B.max()) <= t_b < 40
+  q, v = exact.evaluate(mdp, pi, 40)
+  true = study.true_advantages(exact.advantages(q, v), eps, t_b)
+  assert true.shape == (4, t_b)

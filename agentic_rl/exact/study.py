@@ -181,24 +181,35 @@ def at_turns(
   values_TxS: np.ndarray, episodes: Episodes, t_pad: int
 ) -> np.ndarray:
   """values_TxS[t, s_t] at each real turn, 0 elsewhere: BxT (padded)."""
-  b, h = episodes.state_BxT.shape
+  state_BxT = _fit(episodes.state_BxT, t_pad)
+  b, h = state_BxT.shape
   out = np.zeros((b, t_pad))
-  valid = episodes.state_BxT >= 0
+  valid = state_BxT >= 0
   t_idx = np.broadcast_to(np.arange(h), (b, h))
-  out[:, :h][valid] = values_TxS[t_idx[valid], episodes.state_BxT[valid]]
+  out[:, :h][valid] = values_TxS[t_idx[valid], state_BxT[valid]]
   return out
+
+
+def _fit(x_BxT: np.ndarray, t_pad: int) -> np.ndarray:
+  """Drops turn columns past `t_pad`; the packed batch's turn bucket holds
+  the longest episode, so they are all past every episode's end."""
+  if np.any(x_BxT[:, t_pad:] >= 0):
+    raise ValueError(f"episodes are longer than {t_pad} turns")
+  return x_BxT[:, :t_pad]
 
 
 def true_advantages(
   adv_TxSxA: np.ndarray, episodes: Episodes, t_pad: int
 ) -> np.ndarray:
   """A_t(s_t, a_t) at each real turn, 0 elsewhere: BxT (padded)."""
-  b, h = episodes.state_BxT.shape
+  state_BxT = _fit(episodes.state_BxT, t_pad)
+  action_BxT = episodes.action_BxT[:, : state_BxT.shape[1]]
+  b, h = state_BxT.shape
   out = np.zeros((b, t_pad))
-  valid = episodes.state_BxT >= 0
+  valid = state_BxT >= 0
   t_idx = np.broadcast_to(np.arange(h), (b, h))
   out[:, :h][valid] = adv_TxSxA[
-    t_idx[valid], episodes.state_BxT[valid], episodes.action_BxT[valid]
+    t_idx[valid], state_BxT[valid], action_BxT[valid]
   ]
   return out
 
