@@ -241,7 +241,11 @@ def evaluate(run: Run) -> dict[str, float]:
 
 
 def _mean_metrics(history: list[dict[str, float]]) -> dict[str, float]:
-  return {k: float(np.mean([h[k] for h in history])) for k in history[0]}
+  """Means over the updates of one RL step; the optimizer step is the last."""
+  out = {k: float(np.mean([h[k] for h in history])) for k in history[0]}
+  out["optimizer_step"] = history[-1]["step"]
+  del out["step"]  # the log's step axis is the RL iteration
+  return out
 
 
 def sft(run: Run) -> None:
