@@ -124,12 +124,14 @@ def logical_to_spec(
   used: set[str] = set()
   spec = []
   for i, name in enumerate(logical_axes):
-    axes = [
-      a
-      for a in table.get(name, ())
-      if name is not None
-      if a not in used and mesh.shape[a] > 1
-    ]
+    wanted = table.get(name, ()) if name is not None else ()
+    for a in wanted:
+      if a not in mesh.shape:
+        raise ValueError(
+          f"rule for logical axis {name!r} names mesh axis {a!r}, not one "
+          f"of {tuple(mesh.axis_names)}"
+        )
+    axes = [a for a in wanted if a not in used and mesh.shape[a] > 1]
     if shape is not None and axes:
       if shape[i] % math.prod(mesh.shape[a] for a in axes):
         axes = []

@@ -58,6 +58,8 @@ def test_logical_to_spec_rules():
   mesh8 = shd.make_mesh((8, 1, 1))
   spec = shd.logical_to_spec(("batch", "mystery", "mlp"), rules, mesh8)
   assert spec == PartitionSpec("data", None, None)
+  with pytest.raises(ValueError, match="mesh axis 'tensr'"):
+    shd.logical_to_spec(("mlp",), (("mlp", "tensr"),), mesh8)
 
 
 @pytest.fixture(scope="module")
