@@ -361,7 +361,10 @@ def summarize(
 
 
 def machine() -> dict[str, Any]:
+  import jax
+
   return {
+    "jax_backend": jax.default_backend(),
     "platform": platform.platform(),
     "processor": platform.processor() or platform.machine(),
     "cpus": os.cpu_count(),
@@ -522,6 +525,8 @@ def _literature_note(summary: Mapping[str, Any]) -> str:
     if est.startswith("gigpo") and row.get("vs_baseline")
   ]
   above = [g for g in gigpo if g[2]["lo"] is not None and g[2]["lo"] > 0]
+  if summary["smoke"]:
+    return LITERATURE + " A smoke sweep can neither confirm nor contradict it."
   if not gigpo:
     return LITERATURE + " This sweep has no GiGPO run to compare."
   if above:
@@ -582,7 +587,8 @@ def render_readme(
   )
   parts.append(
     f"**Machine.** {m['platform']}, {m['cpus']} CPU cores "
-    f"({m['processor']}), Python {m['python']}, no accelerator. "
+    f"({m['processor']}), Python {m['python']}, JAX backend "
+    f"`{m['jax_backend']}`. "
     f"Cost: {cost_line}. Finished runs: {summary['runs_finished']}; "
     f"unfinished: {len(summary['runs_missing'])}"
     + (

@@ -237,3 +237,39 @@ def test_script_prints_one_command_per_unfinished_run(tmp_path):
   assert all(sweeps.DISTRIBUTED_ENV + "=1" in line for line in lines)
   assert not any("sokoban/gigpo/seed0 " in line for line in lines)
   assert not (root / "sweep.json").exists()  # printing launches nothing
+
+
+@pytest.mark.slow
+def test_smoke_sweep_and_report_end_to_end(tmp_path):
+  # The real smoke sweep (8 smoke runs + the 8-device mesh check, minutes
+  # on 2 cores), run twice to see the second pass skip, then the report.
+  root, out = tmp_path / "ca_smoke", tmp_path / "report"
+  argv = [
+    sys.executable,
+    "scripts/sweep.py",
+    f"--config={ABLATION}:smoke",
+    f"--root={root}",
+    "--workers=2",
+  ]
+  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+  subprocess.run(argv, cwd=REPO, check=True, env=env)
+  again = subprocess.run(
+    argv, cwd=REPO, check=True, env=env, capture_output=True, text=True
+  )
+  assert "9 already finished, 0 to run" in again.stdout
+  subprocess.run(
+    [
+      sys.executable,
+      "scripts/report.py",
+      f"--root={root}",
+      f"--out={out}",
+    ],
+    cwd=REPO,
+    check=True,
+    env=env,
+  )
+  results = json.loads((out / "results.json").read_text())
+  assert results["runs_missing"] == []
+  assert set(results["envs"]) == {"sokoban", "frozenlake"}
+  (check,) = results["checks"]
+  assert check["finite"] and check["rl_rows"] == 2
