@@ -5,7 +5,9 @@ the newest checkpoint in --workdir, and prints the summary.
 """
 
 import json
+import os
 
+import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
@@ -21,6 +23,10 @@ flags.mark_flags_as_required(["config", "workdir"])
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)  # orbax logs every file at INFO
+  if os.environ.get("AGENTIC_RL_DISTRIBUTED") == "1":
+    # Multi-host (TPU pod, multi-node GPU): one process per host; JAX reads
+    # the coordinator and process ids from the cluster environment.
+    jax.distributed.initialize()
   summary = loop.train(_CONFIG.value, _WORKDIR.value)
   evals = "\n".join(
     f"  {e['phase']:>3} step {e['rl_step']:4d}: success "

@@ -9,6 +9,7 @@ from a policy rollout only in who chose the actions.
 
 from __future__ import annotations
 
+import inspect
 import sys
 from collections.abc import Sequence
 
@@ -26,9 +27,15 @@ class NoExpertError(ValueError):
 
 
 def expert_actions(env: Environment, task: Task) -> list[str]:
-  """The env's scripted expert: its method, else its module's function."""
+  """The env's scripted expert: its method, else its module's function.
+
+  Experts of stochastic environments (slippery FrozenLake) plan for one
+  reset seed; they get the task's seed, the one the demo replays with.
+  """
   method = getattr(env, "expert_actions", None)
   if callable(method):
+    if "seed" in inspect.signature(method).parameters:
+      return list(method(task, seed=task.seed))
     return list(method(task))
   module_fn = getattr(sys.modules[type(env).__module__], "expert_actions", None)
   if callable(module_fn):

@@ -136,6 +136,15 @@ def setup(config, workdir: str) -> Run:
   state, layout = create_train_state(
     model_config, sft_opt, seed=config.seed, mesh=mesh
   )
+  for name, size in (
+    ("sft.batch_size", config.sft.batch_size),
+    ("rl.minibatch_size", config.rl.minibatch_size),
+  ):
+    if size % layout.data_parallel_size:
+      raise ValueError(
+        f"config.{name}={size} must be divisible by the mesh's data-parallel "
+        f"size {layout.data_parallel_size} (mesh.shape={config.mesh.shape})"
+      )
   pool = _pool(config)
   train_pool = pool.split("train")
   task_sampler = train_pool.sampler(config.seed)
@@ -214,6 +223,7 @@ def _pack(trajectories, config) -> TrajectoryBatch:
 
 
 def _save(run: Run) -> None:
+  run.writer.flush()  # metrics up to this checkpoint survive a kill
   run.host["task_sampler"] = run.task_sampler.state_dict()
   run.checkpointer.save(run.state, run.host, force=True)
 
