@@ -239,6 +239,39 @@ def test_script_prints_one_command_per_unfinished_run(tmp_path):
   assert not (root / "sweep.json").exists()  # printing launches nothing
 
 
+def test_ci_sweep_and_report_end_to_end(tmp_path):
+  # Real runs: GRPO and GiGPO on smoke Sokoban, and the sharded-path check
+  # on 8 simulated devices with mesh (2, 2, 2); then the report.
+  root, out = tmp_path / "ca_ci", tmp_path / "report"
+  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+  subprocess.run(
+    [
+      sys.executable,
+      "scripts/sweep.py",
+      f"--config={ABLATION}:ci",
+      f"--root={root}",
+      "--workers=2",
+    ],
+    cwd=REPO,
+    check=True,
+    env=env,
+  )
+  subprocess.run(
+    [sys.executable, "scripts/report.py", f"--root={root}", f"--out={out}"],
+    cwd=REPO,
+    check=True,
+    env=env,
+  )
+  results = json.loads((out / "results.json").read_text())
+  assert results["runs_missing"] == []
+  assert set(results["envs"]) == {"sokoban"}
+  (check,) = results["checks"]
+  # Sweep overrides apply to the grid; the check keeps the smoke's 2 steps.
+  assert check["finite"] and check["rl_rows"] == 2
+  assert (out / "README.md").exists()
+  assert list(out.glob("curves_sokoban.png"))
+
+
 @pytest.mark.slow
 def test_smoke_sweep_and_report_end_to_end(tmp_path):
   # The real smoke sweep (8 smoke runs + the 8-device mesh check, minutes

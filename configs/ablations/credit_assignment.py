@@ -23,9 +23,11 @@ its evaluation and the first RL batch are identical across estimators, and
 the per-seed difference to GRPO is the estimator's effect (plus the chaos
 of different updates feeding back into later rollouts).
 
-`arg`: empty for the experiment; `smoke` for a CI-sized sweep (2
+`arg`: empty for the experiment; `smoke` for a small sweep (2
 estimators x 2 envs x 2 seeds of smoke-size runs, plus one check run of the
-sharded path on 8 simulated CPU devices with mesh (2, 2, 2)). The returned
+sharded path on 8 simulated CPU devices with mesh (2, 2, 2)); `ci` for the
+part of it the default test suite runs (Sokoban, seed 0, one RL step, and
+the sharded check). The returned
 config is the baseline run (first env, GRPO) so the file also runs alone
 with `agentic_rl.main`; the loop ignores `config.sweep`.
 
@@ -71,9 +73,10 @@ def _sharded_check() -> dict:
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   parts = [p for p in (arg or "").split(",") if p]
-  if any(p != "smoke" for p in parts):
-    raise ValueError(f"config arg {arg!r}: expected '' or 'smoke'")
-  smoke = "smoke" in parts
+  if any(p not in ("smoke", "ci") for p in parts):
+    raise ValueError(f"config arg {arg!r}: expected '', 'smoke' or 'ci'")
+  ci = "ci" in parts
+  smoke = "smoke" in parts or ci
   c = sokoban.get_config("grpo,smoke" if smoke else "grpo")
   c.sweep = ml_collections.ConfigDict(
     {
@@ -92,4 +95,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.sweep.estimators = ("grpo", "gigpo")
     c.sweep.seeds = (0, 1)
     c.sweep.checks = (_sharded_check(),)
+  if ci:  # the default test suite's sweep: 2 runs + the sharded check
+    c.sweep.envs = {"sokoban": ENVS["sokoban"]}
+    c.sweep.seeds = (0,)
+    c.sweep.overrides = {"rl": {"steps": 1}}
   return c

@@ -49,14 +49,21 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import jax  # noqa: E402
+import numpy as np  # noqa: E402
 
-from agentic_rl import envs, models  # noqa: E402
+from agentic_rl import envs, estimators, models  # noqa: E402
+from agentic_rl.data import packing  # noqa: E402
 from agentic_rl.envs.base import Environment, StepResult  # noqa: E402
 from agentic_rl.models import build_env_tokenizer  # noqa: E402
 from agentic_rl.rewards import RewardStack  # noqa: E402
 from agentic_rl.rollout import Rollout, RolloutConfig, make_samplers  # noqa: E402
 from agentic_rl.sampling import Sampler  # noqa: E402
-from agentic_rl.types import Task  # noqa: E402
+from agentic_rl.train import step as step_lib  # noqa: E402
+from agentic_rl.train.state import (  # noqa: E402
+  OptimizerConfig,
+  create_train_state,
+)
+from agentic_rl.types import Task, turns_to_tokens  # noqa: E402
 
 MAX_LEN = 512
 
@@ -141,6 +148,37 @@ def run_case(
   }
 
 
+def train_throughput(trajectories, repeats: int) -> dict[str, float]:
+  """The RL update's tokens/s on these rollouts (tiny preset, one jit).
+
+  Tokens are the batch's real (non-padding) tokens, all of which go through
+  forward and backward; the first call compiles and is not timed.
+  """
+  batch = packing.pack(trajectories)
+  adv_BxL = turns_to_tokens(estimators.get("gigpo")(batch), batch.turn_id_BxL)
+  config = step_lib.StepConfig(optimizer=OptimizerConfig(learning_rate=1e-5))
+  state, layout = create_train_state(
+    models.get_preset("tiny"), config.optimizer
+  )
+  step = step_lib.make_train_step(config, layout)
+  inputs = step_lib.PolicyInputs(batch, adv_BxL)
+  state, metrics = step(state, inputs)
+  jax.block_until_ready(metrics)
+  start = time.perf_counter()
+  for _ in range(repeats):
+    state, metrics = step(state, inputs)
+  jax.block_until_ready(metrics)
+  seconds = (time.perf_counter() - start) / repeats
+  tokens = int((np.asarray(batch.turn_id_BxL) >= 0).sum())
+  return {
+    "rows": int(batch.tokens_BxL.shape[0]),
+    "padded_length": int(batch.tokens_BxL.shape[1]),
+    "tokens": tokens,
+    "seconds_per_step": seconds,
+    "tokens_per_s": tokens / seconds,
+  }
+
+
 CASES = (
   # label, layout, pipeline, env workers, latency?, reprefill
   ("serial 1x8", "one", False, 1, False, False),
@@ -211,6 +249,21 @@ def main(argv: list[str]) -> None:
     ),
   }
   added = rows[serial]["seconds"] - rows[base]["seconds"]
+  trainer = Rollout(
+    samplers_for(model, "one", args.slots),
+    tokenizer,
+    factory(0.0),
+    RewardStack(),
+    RolloutConfig(
+      group_size=args.group,
+      max_turns=args.turns,
+      max_new_tokens=args.tokens,
+      max_total_tokens=MAX_LEN,
+    ),
+  )
+  train = train_throughput(
+    trainer.run(tasks, jax.random.PRNGKey(0)), args.repeats
+  )
 
   print(
     f"rollout: {len(tasks) * args.group} episodes, {args.slots} slots, "
@@ -228,6 +281,11 @@ def main(argv: list[str]) -> None:
   print(f"latency added to serial 2x4: {added:.3f} s")
   for name, value in hidden.items():
     print(f"hidden fraction, {name:<22}{value:>7.3f}")
+  print(
+    f"train step: {train['rows']} x {train['padded_length']} batch, "
+    f"{train['tokens']} real tokens, {train['seconds_per_step']:.3f} s/step, "
+    f"{train['tokens_per_s']:.0f} tokens/s"
+  )
 
   out = pathlib.Path(args.out)
   out.parent.mkdir(parents=True, exist_ok=True)
@@ -245,6 +303,7 @@ def main(argv: list[str]) -> None:
     "rows": rows,
     "added_latency_s": added,
     "hidden_fraction": hidden,
+    "train_step": train,
   }
   out.write_text(json.dumps(payload, indent=2) + "\n")
   print(f"wrote {out}")
