@@ -81,9 +81,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     "clip_low": 0.2,
     "clip_high": 0.28,
     "clip_c": 3.0,
-    "kl_coef": 0.0,
+    "kl_coef": 0.1,  # anchor to the SFT policy: steadiest in our runs
     "kl_estimator": "k3",
-    "entropy_coef": 0.0,
+    "entropy_coef": 0.001,
     "agg": "seq-mean-token-mean",
   }
   c.sft = {
@@ -93,12 +93,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     "optimizer": _optimizer(3e-3, warmup=10),
   }
   c.rl = {
-    "steps": 40,
+    "steps": 50,
     "tasks_per_step": 8,
     "epochs": 1,
     "minibatch_size": 32,
     "num_microbatches": 1,
-    "optimizer": _optimizer(2e-4),
+    "optimizer": _optimizer(3e-4),
   }
   c.eval_every = 10
   c.checkpoint_every = 10

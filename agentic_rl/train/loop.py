@@ -352,6 +352,28 @@ def rl_step(run: Run, reference) -> dict[str, float]:
   return metrics
 
 
+def _reference(run: Run):
+  """The frozen policy the KL term pulls toward: the post-SFT model.
+
+  Saved once, when RL starts, in `<workdir>/reference`, so a resumed run
+  regularizes toward the same policy.
+  """
+  ckpt = Checkpointer(str(run.workdir / "reference"), max_to_keep=1)
+  try:
+    if ckpt.latest_step() is None:
+      if run.host["rl_step"] > 0:
+        raise ValueError(
+          f"{run.workdir}: loss.kl_coef > 0 but no reference policy was "
+          "saved when RL started (was the run begun with kl_coef = 0?)"
+        )
+      ckpt.save(run.state, force=True)
+      return copy_model(run.state.model)
+    state, _ = ckpt.restore(run.state, run.layout)
+    return state.model
+  finally:
+    ckpt.close()
+
+
 def train(config, workdir: str) -> dict[str, Any]:
   """SFT then RL, resumable; returns the run summary (also summary.json)."""
   run = setup(config, workdir)
@@ -366,13 +388,7 @@ def train(config, workdir: str) -> dict[str, Any]:
       )
       _start_rl(run)
       _save(run)
-    reference = copy_model(run.state.model) if config.loss.kl_coef > 0 else None
-    if reference is not None and run.host["rl_step"] > 0:
-      raise ValueError(
-        "resuming a KL-regularized run is not supported: the "
-        "reference policy is not checkpointed; set "
-        "loss.kl_coef=0 or restart"
-      )
+    reference = _reference(run) if config.loss.kl_coef > 0 else None
     while run.host["rl_step"] < config.rl.steps:
       metrics = rl_step(run, reference)
       i = run.host["rl_step"]
