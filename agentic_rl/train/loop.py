@@ -44,6 +44,7 @@ from agentic_rl.rollout import (
   eval_metrics,
   make_samplers,
 )
+from agentic_rl.rollout import evaluate as evaluate_policy
 from agentic_rl.rollout.demos import expert_trajectories
 from agentic_rl.train import batching
 from agentic_rl.train import step as step_lib
@@ -238,16 +239,7 @@ def _sync_policy(run: Run) -> None:
 def evaluate(run: Run) -> dict[str, float]:
   """Greedy episodes on the held-out tasks with the current policy."""
   _sync_policy(run)
-  player = Rollout(
-    run.rollout.samplers,
-    run.tokenizer,
-    run.rollout.env_factory,
-    run.stack,
-    run.rollout.config.replace(temperature=0.0, group_size=1),
-  )
-  start = time.perf_counter()
-  trajs = player.run(run.eval_tasks, jax.random.key(0))
-  return eval_metrics(trajs, player, time.perf_counter() - start)
+  return evaluate_policy(run.rollout, run.eval_tasks, greedy=True)
 
 
 def _mean_metrics(history: list[dict[str, float]]) -> dict[str, float]:
