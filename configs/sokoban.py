@@ -107,7 +107,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   if quick:  # the README's `make run`: a few minutes on a laptop CPU
     c.tasks.eval_counts = (32,)
-    c.sft.steps = 100
+    c.sft.steps = 150  # the SFT of experiments/sokoban_sft_rl
     c.rl.steps = 10
     c.eval_every = 5
     c.checkpoint_every = 5
