@@ -34,6 +34,18 @@ class StepResult:
   info: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
+def episode_over(observation: str, state_key: str) -> StepResult:
+  """What `step` returns after the episode ended: no reward, a failure."""
+  return StepResult(
+    observation,
+    {},
+    True,
+    FailureCode.BUDGET_EXHAUSTED,
+    state_key,
+    {"reason": "episode is over"},
+  )
+
+
 @dataclasses.dataclass(frozen=True)
 class Tool:
   """A callable tool with an OpenAI-style function schema.

@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from agentic_rl.envs.base import Environment, StepResult, register
+from agentic_rl.envs.base import Environment, StepResult, episode_over, register
 from agentic_rl.envs.sokoban import parse_moves
-from agentic_rl.types import FailureCode, Task
+from agentic_rl.types import Task
 
 MOVES = ("Left", "Down", "Right", "Up")
 MOVE_INDEX = {m.lower(): i for i, m in enumerate(MOVES)}
@@ -249,14 +249,7 @@ class FrozenLake(Environment):
   def step(self, action_text: str) -> StepResult:
     key = f"s{self.s}"
     if self.done:
-      return StepResult(
-        self._frames[self.s],
-        {},
-        True,
-        FailureCode.BUDGET_EXHAUSTED,
-        key,
-        {"reason": "episode is over"},
-      )
+      return episode_over(self._frames[self.s], key)
     moves, failure, reason = parse_moves(
       action_text, MOVE_INDEX, self.max_actions_per_turn
     )

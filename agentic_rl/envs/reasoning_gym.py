@@ -34,7 +34,7 @@ from typing import Any
 
 from reasoning_gym import factory
 
-from agentic_rl.envs.base import Environment, StepResult, register
+from agentic_rl.envs.base import Environment, StepResult, episode_over, register
 from agentic_rl.envs.parsing import parse_tags
 from agentic_rl.types import ActionKind, FailureCode, Task
 
@@ -151,14 +151,7 @@ class ReasoningGym(Environment):
   def step(self, action_text: str) -> StepResult:
     key = f"attempt:{self.attempt}"
     if self.done:
-      return StepResult(
-        "The episode is over.",
-        {},
-        True,
-        FailureCode.BUDGET_EXHAUSTED,
-        key,
-        {"reason": "episode is over"},
-      )
+      return episode_over("The episode is over.", key)
     self.attempt += 1
     last = self.attempt >= self.max_attempts
     action = parse_tags(action_text)

@@ -40,7 +40,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from agentic_rl.envs.base import Environment, StepResult, register
+from agentic_rl.envs.base import Environment, StepResult, episode_over, register
 from agentic_rl.envs.parsing import parse_tags
 from agentic_rl.types import ActionKind, FailureCode, Task
 
@@ -529,14 +529,7 @@ class Sokoban(Environment):
   def step(self, action_text: str) -> StepResult:
     key = state_key(self.state)
     if self.done:
-      return StepResult(
-        self._render(self.state),
-        {},
-        True,
-        FailureCode.BUDGET_EXHAUSTED,
-        key,
-        {"reason": "episode is over"},
-      )
+      return episode_over(self._render(self.state), key)
     moves, failure, reason = parse_moves(
       action_text, MOVE_INDEX, self.max_actions_per_turn
     )
