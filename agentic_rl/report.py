@@ -263,13 +263,20 @@ def load_sweep(
 ) -> tuple[dict[str, Any], list[RunCurve], list[RunCurve], list[str]]:
   """(manifest, finished grid runs, finished check runs, unfinished names)."""
   manifest = read_manifest(root)
-  grid, checks, missing = [], [], []
+  grid, checks, missing, sft_seconds = [], [], [], []
   for run in manifest["runs"]:
+    if run.get("kind") == "sft":  # a shared SFT stage, not a compared run
+      timing = pathlib.Path(root) / run["name"] / "sweep_timing.json"
+      if timing.is_file():
+        sft_seconds.append(_read_json(timing)["seconds"])
+      continue
     if not (pathlib.Path(root) / run["name"] / "summary.json").is_file():
       missing.append(run["name"])
       continue
     curve = load_run(root, run)
     (checks if run.get("kind") == "check" else grid).append(curve)
+  # Wall time of shared SFT stages (sweep.shared_sft), for the cost line.
+  manifest = {**manifest, "sft_seconds": sft_seconds}
   return manifest, grid, checks, missing
 
 
@@ -346,6 +353,9 @@ def summarize(
     "runs_finished": len(grid) + len(checks),
     "runs_missing": list(missing),
     "seconds_per_run": _stat(seconds) if seconds else None,
+    "seconds_per_sft_stage": (
+      _stat(manifest["sft_seconds"]) if manifest.get("sft_seconds") else None
+    ),
     "envs": envs,
     "checks": [
       {
@@ -585,6 +595,13 @@ def render_readme(
     if cost
     else "not measured"
   )
+  sft_cost = summary.get("seconds_per_sft_stage")
+  if sft_cost:
+    cost_line += (
+      f", plus {_ci(sft_cost)} s per shared SFT stage ({sft_cost['n']} "
+      "stages, one per environment and seed, that every estimator's RL "
+      "starts from)"
+    )
   parts.append(
     f"**Machine.** {m['platform']}, {m['cpus']} CPU cores "
     f"({m['processor']}), Python {m['python']}, JAX backend "

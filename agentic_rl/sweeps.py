@@ -14,6 +14,12 @@ An ablation config (`configs/ablations/*.py`) returns its base config plus
   checks      extra runs that are not part of the comparison (e.g. the
               sharded path on simulated devices): dicts with name, env,
               estimator, seed, overrides and env_vars
+  shared_sft  (optional, default False) run the SFT stage once per
+              (env, seed), as `<env>/sft/seed<seed>` with `rl.steps=0`,
+              and start every estimator's RL from it (`config.init_from`):
+              the estimators then share the SFT policy exactly, and the
+              sweep pays for SFT |envs| x |seeds| times instead of
+              |envs| x |estimators| x |seeds| times
 
 Every grid run is `python -m agentic_rl.main --config=<file>:<arg>
 --workdir=<root>/<env>/<estimator>/seed<seed> --config.seed=<seed>` plus
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import fnmatch
 import importlib.util
 import json
 import os
@@ -65,7 +72,8 @@ class RunSpec:
   config_arg: str
   overrides: tuple[tuple[str, str], ...] = ()
   env_vars: tuple[tuple[str, str], ...] = ()
-  kind: str = "grid"  # "grid" runs are compared; "check" runs are not
+  kind: str = "grid"  # "grid" runs are compared; "sft", "check" are not
+  init_from_run: str = ""  # name of the "sft" run this run starts from
 
   def to_dict(self) -> dict[str, Any]:
     d = dataclasses.asdict(self)
@@ -167,7 +175,11 @@ def _check_sweep(sweep: Any) -> None:
 
 
 def expand(sweep: Any, mesh: tuple[int, ...] | None = None) -> list[RunSpec]:
-  """Every run of the sweep, grid runs (env, estimator, seed) then checks.
+  """Every run of the sweep: SFT stages, grid runs, then checks.
+
+  Grid runs go env by env and, within an env, seed by seed, so any prefix
+  of the sweep that finishes holds complete paired replicates (every
+  estimator of a seed) rather than one estimator's seeds.
 
   `mesh` sets `config.mesh.shape` on every grid run (not on check runs,
   which pin their own mesh).
@@ -179,7 +191,7 @@ def expand(sweep: Any, mesh: tuple[int, ...] | None = None) -> list[RunSpec]:
   if mesh is not None:
     common = {**flatten(common), "mesh.shape": tuple(mesh)}
 
-  def spec(env, est, seed, name, overrides, env_vars=(), kind="grid"):
+  def spec(env, est, seed, name, overrides, env_vars=(), kind="grid", init=""):
     if env not in envs:
       raise SweepSpecError(f"run {name!r}: unknown env {env!r}")
     return RunSpec(
@@ -192,13 +204,31 @@ def expand(sweep: Any, mesh: tuple[int, ...] | None = None) -> list[RunSpec]:
       overrides=_overrides({"seed": seed, **overrides}),
       env_vars=tuple(sorted(env_vars)),
       kind=kind,
+      init_from_run=init,
     )
 
-  runs = [
-    spec(env, est, seed, f"{env}/{est}/seed{seed}", common)
+  shared = bool(sweep.get("shared_sft", False))
+  runs = []
+  if shared:  # one SFT stage per (env, seed); the grid starts RL from it
+    first = sweep.get("baseline") or sweep["estimators"][0]
+    sft_only = {**flatten(common), "rl.steps": 0}
+    runs += [
+      spec(env, first, seed, sft_name(env, seed), sft_only, kind="sft")
+      for env in envs
+      for seed in sweep["seeds"]
+    ]
+  runs += [
+    spec(
+      env,
+      est,
+      seed,
+      f"{env}/{est}/seed{seed}",
+      common,
+      init=sft_name(env, seed) if shared else "",
+    )
     for env in envs
-    for est in sweep["estimators"]
     for seed in sweep["seeds"]
+    for est in sweep["estimators"]
   ]
   for check in sweep.get("checks", ()) or ():
     c = _as_dict(check, "checks[]")
@@ -220,6 +250,27 @@ def expand(sweep: Any, mesh: tuple[int, ...] | None = None) -> list[RunSpec]:
   if len(set(names)) != len(names):
     raise SweepSpecError(f"duplicate run names in sweep: {names}")
   return runs
+
+
+def select(runs: Sequence[RunSpec], patterns: Sequence[str]) -> list[RunSpec]:
+  """Runs whose name matches a glob pattern, plus the SFT stages they need.
+
+  E.g. `("sokoban/*",)` or `("*/seed0",)`; order is kept. A pattern that
+  matches nothing is an error (a typo should not silently run nothing).
+  """
+  chosen = set()
+  for pattern in patterns:
+    hits = {r.name for r in runs if fnmatch.fnmatchcase(r.name, pattern)}
+    if not hits:
+      raise SweepSpecError(f"--only pattern {pattern!r} matches no run")
+    chosen |= hits
+  chosen |= {r.init_from_run for r in runs if r.name in chosen} - {""}
+  return [r for r in runs if r.name in chosen]
+
+
+def sft_name(env: str, seed: int) -> str:
+  """Name (and workdir under the root) of a shared SFT stage."""
+  return f"{env}/sft/seed{seed}"
 
 
 def workdir(root: str | os.PathLike, run: RunSpec) -> pathlib.Path:
@@ -246,7 +297,11 @@ def command(
     f"--config={run.config_file}:{run.config_arg}",
     f"--workdir={workdir(root, run)}",
   ]
-  return argv + [f"--config.{k}={v}" for k, v in run.overrides]
+  argv += [f"--config.{k}={v}" for k, v in run.overrides]
+  if run.init_from_run:
+    init = pathlib.Path(root) / run.init_from_run
+    argv.append(f"--config.init_from={init}")
+  return argv
 
 
 def environ(run: RunSpec, distributed: bool = False) -> dict[str, str]:
@@ -357,26 +412,40 @@ def run_sweep(
 ) -> list[RunResult]:
   """Runs every unfinished run, `workers` processes at a time, in order.
 
-  A failed run does not stop the others; its log stays in its workdir.
+  Shared SFT stages (kind "sft") all run before any other run starts. A
+  failed run does not stop the others; its log stays in its workdir. A run
+  whose SFT stage failed is not launched (status "failed", no log).
   """
   if workers < 1:
     raise SweepSpecError(f"--workers must be >= 1, got {workers}")
   results: dict[str, RunResult] = {}
+  stages = (
+    [r for r in runs if r.kind == "sft"],
+    [r for r in runs if r.kind != "sft"],
+  )
   with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-    futures = {
-      pool.submit(
-        launch,
-        run,
-        root,
-        python=python,
-        module=module,
-        distributed=distributed,
-      ): run
-      for run in runs
-    }
-    for future in concurrent.futures.as_completed(futures):
-      result = future.result()
-      results[result.name] = result
-      if on_result is not None:
-        on_result(result)
+    for stage in stages:
+      futures = []
+      for run in stage:
+        source = results.get(run.init_from_run)
+        if source is not None and source.status == "failed":
+          results[run.name] = RunResult(run.name, "failed")
+          if on_result is not None:
+            on_result(results[run.name])
+          continue
+        futures.append(
+          pool.submit(
+            launch,
+            run,
+            root,
+            python=python,
+            module=module,
+            distributed=distributed,
+          )
+        )
+      for future in concurrent.futures.as_completed(futures):
+        result = future.result()
+        results[result.name] = result
+        if on_result is not None:
+          on_result(result)
   return [results[r.name] for r in runs]

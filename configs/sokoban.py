@@ -51,6 +51,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   c = ml_collections.ConfigDict()
   c.seed = 0
+  # Workdir of a finished SFT stage (a run of this config with rl.steps=0)
+  # to start RL from instead of running SFT; "" runs SFT here.
+  c.init_from = ""
   c.model = {"preset": "tiny", "vocab_size": 0}  # 0: from the tokenizer
   c.mesh = {"shape": (1, 1, 1)}
   c.env = {

@@ -3,14 +3,17 @@
   python scripts/sweep.py \
       --config=configs/ablations/credit_assignment.py:smoke \
       --root=runs/ca_smoke [--workers=2] [--print_commands] [--mesh=2,2,2] \
-      [--distributed]
+      [--distributed] [--only='sokoban/*,*/seed0']
 
 Runs whose workdir holds summary.json are skipped; interrupted ones resume
 from their checkpoints. `--print_commands` prints one launch line per
 unfinished run (for a cluster scheduler or a TPU pod) instead of running.
 `--distributed` sets AGENTIC_RL_DISTRIBUTED=1 on each run so that
 `agentic_rl.main` calls `jax.distributed.initialize()` (multi-host).
-The manifest `<root>/sweep.json` is what scripts/report.py reads.
+`--only` runs the subset whose names match any of the glob patterns (and
+the shared SFT stages they start from); the manifest still lists every run,
+so the report marks the rest unfinished. The manifest `<root>/sweep.json`
+is what scripts/report.py reads.
 """
 
 import pathlib
@@ -39,6 +42,9 @@ _DISTRIBUTED = flags.DEFINE_bool(
 _PYTHON = flags.DEFINE_string(
   "python", sys.executable, "Interpreter for the runs (local runs only)."
 )
+_ONLY = flags.DEFINE_list(
+  "only", None, "Glob patterns over run names, e.g. 'sokoban/*,*/seed0'."
+)
 flags.mark_flags_as_required(["config", "root"])
 
 
@@ -47,7 +53,8 @@ def main(argv: list[str]) -> int:
   config = sweeps.load_config(_CONFIG.value)
   mesh = sweeps.parse_mesh(_MESH.value) if _MESH.value else None
   runs = sweeps.expand(config.get("sweep"), mesh=mesh)
-  todo = [r for r in runs if not sweeps.is_finished(_ROOT.value, r)]
+  chosen = sweeps.select(runs, _ONLY.value) if _ONLY.value else runs
+  todo = [r for r in chosen if not sweeps.is_finished(_ROOT.value, r)]
   if _PRINT.value:
     for run in todo:
       print(
@@ -56,7 +63,7 @@ def main(argv: list[str]) -> int:
     return 0
   sweeps.write_manifest(_ROOT.value, config.sweep, runs, _CONFIG.value)
   print(
-    f"{len(runs)} runs, {len(runs) - len(todo)} already finished, "
+    f"{len(chosen)} runs, {len(chosen) - len(todo)} already finished, "
     f"{len(todo)} to run with {_WORKERS.value} worker(s)",
     flush=True,
   )
@@ -68,7 +75,7 @@ def main(argv: list[str]) -> int:
     print(f"{r.status:>7}  {r.name}{extra}", flush=True)
 
   results = sweeps.run_sweep(
-    runs,
+    chosen,
     _ROOT.value,
     workers=_WORKERS.value,
     python=_PYTHON.value,

@@ -54,8 +54,11 @@ def _tiny_sweep(**changes) -> ml_collections.ConfigDict:
 
 def test_full_sweep_is_the_paired_grid():
   config = sweeps.load_config(ABLATION)
-  runs = sweeps.expand(config.sweep)
-  assert len(runs) == 3 * 7 * 3
+  everything = sweeps.expand(config.sweep)
+  stages = [r for r in everything if r.kind == "sft"]
+  runs = [r for r in everything if r.kind == "grid"]
+  assert everything == stages + runs
+  assert len(runs) == 3 * 7 * 3 and len(stages) == 3 * 3
   assert {r.env for r in runs} == {"sokoban", "frozenlake", "flights"}
   assert {r.estimator for r in runs} >= {
     "grpo",
@@ -68,9 +71,18 @@ def test_full_sweep_is_the_paired_grid():
   }
   assert {r.seed for r in runs} == {0, 1, 2}
   assert "frozenlake/gigpo_std/seed2" in {r.name for r in runs}
-  assert all(r.kind == "grid" and "smoke" not in r.config_arg for r in runs)
+  assert all("smoke" not in r.config_arg for r in everything)
+  # Seed-major within an env: every prefix holds whole paired replicates.
+  assert [r.seed for r in runs[:7]] == [0] * 7
+  assert len({r.estimator for r in runs[:7]}) == 7
+  # Each grid run starts from its (env, seed) SFT stage, which runs SFT only.
+  for r in runs:
+    assert r.init_from_run == sweeps.sft_name(r.env, r.seed)
+  for r in stages:
+    assert dict(r.overrides)["rl.steps"] == "0"
+    assert dict(r.overrides)["tasks.eval_counts"] == "(128,)"
   # Deterministic: the same config expands to the same runs, in order.
-  assert runs == sweeps.expand(sweeps.load_config(ABLATION).sweep)
+  assert everything == sweeps.expand(sweeps.load_config(ABLATION).sweep)
 
 
 def test_smoke_sweep_has_a_sharded_check():
@@ -93,7 +105,7 @@ def test_runs_of_one_seed_differ_only_in_the_estimator(env):
   runs = [
     r
     for r in sweeps.expand(sweeps.load_config(ABLATION).sweep)
-    if r.env == env and r.seed == 1
+    if r.env == env and r.seed == 1 and r.kind == "grid"
   ]
   configs = []
   for r in runs:
@@ -104,6 +116,8 @@ def test_runs_of_one_seed_differ_only_in_the_estimator(env):
   assert len(estimators) == len(runs)
   assert all(c == configs[0] for c in configs)
   assert configs[0]["seed"] == 1
+  assert len({r.overrides for r in runs}) == 1  # same sweep overrides
+  assert len({r.init_from_run for r in runs}) == 1  # same SFT stage
 
 
 def test_env_configs():
@@ -175,6 +189,12 @@ def test_fake_sweep_skips_finished_and_resumes_interrupted(
   root = tmp_path / "runs"
   sweep = _tiny_sweep()
   runs = sweeps.expand(sweep)
+  assert [r.name for r in runs] == [
+    "sokoban/grpo/seed0",
+    "sokoban/gigpo/seed0",
+    "sokoban/grpo/seed1",
+    "sokoban/gigpo/seed1",
+  ]
   sweeps.write_manifest(root, sweep, runs, "tiny.py")
   # One run crashes on its first launch; one finished before this sweep.
   crashing, done = runs[1], runs[2]
@@ -202,7 +222,7 @@ def test_fake_sweep_skips_finished_and_resumes_interrupted(
   launches = (sweeps.workdir(root, crashing) / "launches.txt").read_text()
   assert len(launches.splitlines()) == 2
   first_args = json.loads(launches.splitlines()[0])
-  assert first_args["config.seed"] == "1"
+  assert first_args["config.seed"] == "0"
   assert first_args["config.rl.steps"] == "1"
   timing = json.loads(
     (sweeps.workdir(root, crashing) / "sweep_timing.json").read_text()
@@ -211,6 +231,46 @@ def test_fake_sweep_skips_finished_and_resumes_interrupted(
   manifest = json.loads((root / "sweep.json").read_text())
   assert [r["name"] for r in manifest["runs"]] == [r.name for r in runs]
   assert manifest["baseline"] == "grpo"
+
+
+def test_shared_sft_stages_run_first_and_gate_their_runs(tmp_path, monkeypatch):
+  (tmp_path / "fake_main.py").write_text(FAKE_MAIN)
+  monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+  root = tmp_path / "runs"
+  runs = sweeps.expand(_tiny_sweep(shared_sft=True))
+  names = [r.name for r in runs]
+  assert names[:2] == ["sokoban/sft/seed0", "sokoban/sft/seed1"]
+  seed0, seed1 = runs[:2]
+  assert dict(seed0.overrides)["rl.steps"] == "0"
+  assert sweeps.command(runs[2], "/r")[-1] == (
+    "--config.init_from=/r/sokoban/sft/seed0"
+  )
+  # Seed 1's SFT stage crashes: its runs are not launched, seed 0's are.
+  sweeps.workdir(root, seed1).mkdir(parents=True)
+  (sweeps.workdir(root, seed1) / "crash_once").write_text("")
+  results = sweeps.run_sweep(runs, root, workers=2, module="fake_main")
+  status = {r.name: r.status for r in results}
+  assert status == {
+    "sokoban/sft/seed0": "ok",
+    "sokoban/sft/seed1": "failed",
+    "sokoban/grpo/seed0": "ok",
+    "sokoban/gigpo/seed0": "ok",
+    "sokoban/grpo/seed1": "failed",
+    "sokoban/gigpo/seed1": "failed",
+  }
+  assert not sweeps.workdir(root, runs[4]).exists()  # never launched
+  launched = json.loads(
+    (sweeps.workdir(root, runs[2]) / "launches.txt").read_text()
+  )
+  assert launched["config.init_from"] == str(root / "sokoban/sft/seed0")
+  # --only picks runs by glob and brings their SFT stage along.
+  picked = sweeps.select(runs, ["*/gigpo/seed1"])
+  assert [r.name for r in picked] == [
+    "sokoban/sft/seed1",
+    "sokoban/gigpo/seed1",
+  ]
+  with pytest.raises(sweeps.SweepSpecError, match="matches no run"):
+    sweeps.select(runs, ["frozenlake/*"])
 
 
 def test_script_prints_one_command_per_unfinished_run(tmp_path):
@@ -233,7 +293,10 @@ def test_script_prints_one_command_per_unfinished_run(tmp_path):
     env={**os.environ, "JAX_PLATFORMS": "cpu"},
   )
   lines = out.stdout.strip().splitlines()
-  assert len(lines) == 2 * 2 * 2 + 1 - 1
+  # 8 grid runs (one finished) + 4 shared SFT stages + the sharded check.
+  assert len(lines) == 2 * 2 * 2 - 1 + 2 * 2 + 1
+  assert all("/sft/seed" in line for line in lines[:4])  # stages first
+  assert all("--config.init_from=" in line for line in lines[4:-1])
   assert all(sweeps.DISTRIBUTED_ENV + "=1" in line for line in lines)
   assert not any("sokoban/gigpo/seed0 " in line for line in lines)
   assert not (root / "sweep.json").exists()  # printing launches nothing
@@ -268,6 +331,20 @@ def test_ci_sweep_and_report_end_to_end(tmp_path):
   (check,) = results["checks"]
   # Sweep overrides apply to the grid; the check keeps the smoke's 2 steps.
   assert check["finite"] and check["rl_rows"] == 2
+  # GRPO and GiGPO started RL from one shared SFT stage: identical policy,
+  # so identical post-SFT evaluations and no SFT in their own logs.
+  summaries = [
+    json.loads((root / f"sokoban/{e}/seed0/summary.json").read_text())
+    for e in ("grpo", "gigpo")
+  ]
+  assert summaries[0]["evals"][0] == summaries[1]["evals"][0]
+  assert summaries[0]["evals"][0]["phase"] == "sft"
+  for e in ("grpo", "gigpo"):
+    log = (root / f"sokoban/{e}/seed0/logs/metrics.jsonl").read_text()
+    assert "sft/loss" not in log
+  assert (
+    "sft/loss" in (root / "sokoban/sft/seed0/logs/metrics.jsonl").read_text()
+  )
   assert (out / "README.md").exists()
   assert list(out.glob("curves_sokoban.png"))
 

@@ -173,14 +173,28 @@ def setup(config, workdir: str) -> Run:
     "task_sampler": task_sampler.state_dict(),
     "evals": [],
   }
+  warm = checkpointer.latest_step() is None and bool(config.get("init_from"))
   if checkpointer.latest_step() is not None:
     state, host = checkpointer.restore(state, layout)
+    task_sampler.load_state_dict(host["task_sampler"])
+  elif warm:
+    state, host = warm_start(config, config.init_from, state, layout)
     task_sampler.load_state_dict(host["task_sampler"])
   writer = MetricWriter(
     str(workdir / "logs"),
     console_keys=CONSOLE_KEYS,
     console_every=config.log_every,
   )
+  if warm:  # the source's post-SFT evaluation starts this run's curve too
+    (sft_eval,) = [e for e in host["evals"] if e["phase"] == "sft"]
+    writer.write_scalars(
+      0,
+      {
+        f"eval/{k}": v
+        for k, v in sft_eval.items()
+        if k not in ("phase", "rl_step")
+      },
+    )
   sft_step = make_sft_step(
     step_lib.StepConfig(
       optimizer=sft_opt, loss=losses.PolicyLossConfig(agg="token-mean")
@@ -213,6 +227,60 @@ def setup(config, workdir: str) -> Run:
     sft_step,
     rl_step,
   )
+
+
+class WarmStartError(ValueError):
+  """`config.init_from` does not name a finished, compatible SFT stage."""
+
+
+# Fields that shape the SFT stage and the state it hands over. A warm start
+# must agree on them with its source; the estimator, loss and RL length may
+# differ (that is the point of sharing one SFT across an ablation).
+_WARM_START_FIELDS = (
+  "seed", "model", "env", "tasks", "sampler", "rollout", "length_buckets",
+  "sft", "rl.optimizer",
+)  # fmt: skip
+
+
+def _field(config_dict: dict[str, Any], dotted: str) -> Any:
+  for part in dotted.split("."):
+    config_dict = config_dict.get(part) if config_dict else None
+  return config_dict
+
+
+def warm_start(config, source: str, state: TrainState, layout):
+  """State and host bookkeeping of a finished SFT stage in `source`.
+
+  `source` is the workdir of a run of the same config with `rl.steps=0`:
+  its one checkpoint holds the post-SFT policy, fresh RL optimizer moments,
+  the task sampler and the post-SFT evaluation. Every estimator of a sweep
+  can start from it, so they share the SFT policy exactly instead of
+  re-running an identical SFT each.
+  """
+  src = pathlib.Path(source)
+  if not (src / "config.json").is_file():
+    raise WarmStartError(f"init_from={source!r}: no run there (no config.json)")
+  theirs = json.loads((src / "config.json").read_text())
+  ours = json.loads(config.to_json_best_effort())
+  for field in _WARM_START_FIELDS:
+    if _field(theirs, field) != _field(ours, field):
+      raise WarmStartError(
+        f"init_from={source!r}: config.{field} differs from this run's "
+        f"({_field(theirs, field)!r} vs {_field(ours, field)!r})"
+      )
+  ckpt = Checkpointer(str(src / "checkpoints"), max_to_keep=1)
+  try:
+    if ckpt.latest_step() is None:
+      raise WarmStartError(f"init_from={source!r}: it has no checkpoint")
+    state, host = ckpt.restore(state, layout)
+  finally:
+    ckpt.close()
+  if host["phase"] != "rl" or host["rl_step"] != 0:
+    raise WarmStartError(
+      f"init_from={source!r}: its checkpoint is at phase {host['phase']!r}, "
+      f"RL step {host['rl_step']}; expected a finished SFT stage (rl.steps=0)"
+    )
+  return state, host
 
 
 def _pack(trajectories, config) -> TrajectoryBatch:

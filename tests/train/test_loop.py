@@ -80,3 +80,69 @@ def test_resume_continues_exactly(straight, tmp_path):
     "tokens_per_episode",
   ):
     assert a[key] == b[key], key
+
+
+@pytest.fixture(scope="module")
+def sft_stage(tmp_path_factory):
+  workdir = tmp_path_factory.mktemp("sft_stage")
+  summary = loop.train(_config(0), str(workdir))
+  return workdir, summary
+
+
+def test_sft_stage_then_warm_start_skips_sft(sft_stage, tmp_path):
+  source, stage = sft_stage
+  assert stage["rl_steps"] == 0 and stage["success_after_sft"] is not None
+  config = _config(1, estimator="grpo")
+  config.init_from = str(source)
+  before, _ = _params(tmp_path / "probe", config)  # restored, not trained
+  want, _ = _params(source, _config(0))
+  jax.tree.map(np.testing.assert_array_equal, before, want)
+
+  summary = loop.train(config, str(tmp_path / "rl"))
+  assert summary["rl_steps"] == 1
+  assert summary["success_after_sft"] == stage["success_after_sft"]
+  rows = read_jsonl(str(tmp_path / "rl" / "logs" / "metrics.jsonl"))
+  assert not any("sft/loss" in r for r in rows)  # no SFT ran here
+  (first,) = [r for r in rows if r["step"] == 0]
+  assert first["eval/success_rate"] == stage["success_after_sft"]
+  # It resumes from its own checkpoint, not the source, from then on.
+  again = loop.train(_config(2, estimator="grpo"), str(tmp_path / "rl"))
+  assert again["rl_steps"] == 2
+
+
+def test_warm_start_matches_a_full_run_of_the_same_seed(
+  straight, sft_stage, tmp_path
+):
+  # SFT here == SFT in the source, so RL from the shared stage equals a run
+  # that did its own SFT (same seed, same estimator): sharing changes cost,
+  # not results.
+  workdir, _ = straight
+  source, _ = sft_stage
+  config = _config(2)
+  config.init_from = str(source)
+  loop.train(config, str(tmp_path))
+  a, b = _rl_rows(workdir)[2], _rl_rows(tmp_path)[2]
+  for key in ("loss", "success_rate", "tokens_per_episode"):
+    assert a[key] == b[key], key
+
+
+def test_bad_warm_starts_are_named_errors(straight, sft_stage, tmp_path):
+  source, _ = sft_stage
+  finished_rl, _ = straight
+  cases = (
+    (str(tmp_path / "nowhere"), {}, "no config.json"),
+    (str(source), {"seed": 1}, "config.seed differs"),
+    (str(source), {"sft.steps": 4}, "config.sft differs"),
+    (str(finished_rl), {}, "RL step 2"),
+  )
+  for i, (init, changes, match) in enumerate(cases):
+    config = _config(1)
+    config.init_from = init
+    for key, value in changes.items():
+      node = config
+      *parents, leaf = key.split(".")
+      for p in parents:
+        node = node[p]
+      node[leaf] = value
+    with pytest.raises(loop.WarmStartError, match=match):
+      loop.setup(config, str(tmp_path / f"run{i}"))
