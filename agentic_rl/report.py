@@ -551,6 +551,17 @@ def _literature_note(summary: Mapping[str, Any]) -> str:
   )
 
 
+def _missing_line(missing: Sequence[str]) -> str:
+  """ "0", a short list of names, or counts per environment when long."""
+  if len(missing) <= 6:
+    return f"{len(missing)}" + (f" ({', '.join(missing)})" if missing else "")
+  per_env: dict[str, int] = {}
+  for name in missing:
+    per_env[name.split("/")[0]] = per_env.get(name.split("/")[0], 0) + 1
+  counts = ", ".join(f"{env}: {n}" for env, n in per_env.items())
+  return f"{len(missing)} ({counts}; names in results.json)"
+
+
 def render_readme(
   summary: Mapping[str, Any],
   plots: Mapping[str, str],
@@ -607,13 +618,7 @@ def render_readme(
     f"({m['processor']}), Python {m['python']}, JAX backend "
     f"`{m['jax_backend']}`. "
     f"Cost: {cost_line}. Finished runs: {summary['runs_finished']}; "
-    f"unfinished: {len(summary['runs_missing'])}"
-    + (
-      f" ({', '.join(summary['runs_missing'])})"
-      if summary["runs_missing"]
-      else ""
-    )
-    + ".\n"
+    f"unfinished: {_missing_line(summary['runs_missing'])}.\n"
   )
   parts.append(
     "**Metrics.** Final = the last greedy evaluation on the held-out "

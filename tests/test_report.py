@@ -230,3 +230,12 @@ def test_bad_inputs_are_named_errors(sweep_root, tmp_path):
   (sweep_root / "sweep.json").write_text('{"name": "x"}')
   with pytest.raises(report.ReportError, match="lacks"):
     report.load_sweep(sweep_root)
+
+
+def test_unfinished_runs_are_listed_or_counted_per_env():
+  assert report._missing_line([]) == "0"
+  assert report._missing_line(["a/x/seed0"]) == "1 (a/x/seed0)"
+  many = [f"lake/e{i}/seed0" for i in range(5)] + ["fl/e/seed0", "fl/e/seed1"]
+  assert report._missing_line(many) == (
+    "7 (lake: 5, fl: 2; names in results.json)"
+  )
