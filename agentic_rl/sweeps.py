@@ -278,8 +278,18 @@ def workdir(root: str | os.PathLike, run: RunSpec) -> pathlib.Path:
 
 
 def is_finished(root: str | os.PathLike, run: RunSpec) -> bool:
-  """A run is finished once the loop has written its summary.json."""
-  return (workdir(root, run) / SUMMARY).is_file()
+  """A run is finished once the loop has written its summary.json.
+
+  A shared SFT stage must also still hold its checkpoint, which the runs
+  after it start from: a stage whose checkpoint was dropped (e.g. a sweep
+  root committed without checkpoints) runs again. SFT is deterministic for
+  a config and seed on the same software and CPU type, so the rerun hands
+  over the same policy (compare its post-SFT evaluation to be sure).
+  """
+  wd = workdir(root, run)
+  if run.kind == "sft" and not any((wd / "checkpoints").glob("[0-9]*")):
+    return False
+  return (wd / SUMMARY).is_file()
 
 
 def command(

@@ -30,6 +30,7 @@ FAKE_MAIN = textwrap.dedent(
   (wd / "ckpt").write_text("1")
   if (wd / "crash_once").exists() and not resumed:
     sys.exit(3)
+  (wd / "checkpoints" / "1").mkdir(parents=True, exist_ok=True)
   (wd / "summary.json").write_text(json.dumps({"resumed": resumed}))
   """
 )
@@ -263,6 +264,13 @@ def test_shared_sft_stages_run_first_and_gate_their_runs(tmp_path, monkeypatch):
     (sweeps.workdir(root, runs[2]) / "launches.txt").read_text()
   )
   assert launched["config.init_from"] == str(root / "sokoban/sft/seed0")
+  # A finished stage that lost its checkpoint is not finished: the runs
+  # after it need the checkpoint, so the stage runs again.
+  checkpoint = sweeps.workdir(root, seed0) / "checkpoints" / "1"
+  assert sweeps.is_finished(root, seed0)
+  checkpoint.rmdir()
+  assert not sweeps.is_finished(root, seed0)
+  assert sweeps.is_finished(root, runs[2])  # grid runs need no checkpoint
   # --only picks runs by glob and brings their SFT stage along.
   picked = sweeps.select(runs, ["*/gigpo/seed1"])
   assert [r.name for r in picked] == [
