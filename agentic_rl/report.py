@@ -404,26 +404,60 @@ def mean_curve(
 
 
 def plot_learning_curves(
-  env: str, curves: Sequence[RunCurve], path: str | os.PathLike
+  env: str,
+  curves: Sequence[RunCurve],
+  path: str | os.PathLike,
+  baseline: str | None = None,
 ) -> None:
-  """Held-out success vs RL step, mean over seeds with a shaded 95% CI."""
+  """Held-out success vs RL step: one panel per estimator.
+
+  Each panel shows the estimator's mean over seeds with a shaded 95% CI and,
+  dashed, the baseline's mean, so seven curves stay readable. The y axis
+  fits the data (success rates of small models are often far below 1).
+  """
   import matplotlib
 
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  fig, ax = plt.subplots(figsize=(6, 4))
-  for est in sorted({c.estimator for c in curves}):
+  names = sorted({c.estimator for c in curves})
+  if baseline in names:
+    names = [baseline] + [n for n in names if n != baseline]
+  stats = {}
+  for est in names:
     mine = [c for c in curves if c.estimator == est]
-    x, mean, lo, hi = mean_curve(mine)
-    (line,) = ax.plot(x, mean, marker="o", label=f"{est} (n={len(mine)})")
-    if len(mine) > 1:
-      ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.2)
-  ax.set_title(f"{env}: held-out success (mean, 95% CI over seeds)")
-  ax.set_xlabel("RL step (0 = after SFT)")
-  ax.set_ylabel("success rate")
-  ax.set_ylim(-0.05, 1.05)
-  ax.legend(fontsize=8)
+    stats[est] = (len(mine), *mean_curve(mine))
+  top = max(float(np.nanmax(np.r_[s[2], s[4]])) for s in stats.values())
+  top = min(1.05, max(0.05, 1.15 * top + 0.01))
+  cols = min(4, len(names))
+  rows = -(-len(names) // cols)
+  fig, axes = plt.subplots(
+    rows,
+    cols,
+    figsize=(3.1 * cols, 2.5 * rows + 0.5),
+    sharex=True,
+    sharey=True,
+    squeeze=False,
+  )
+  for ax, est in zip(axes.flat, names, strict=False):
+    n, x, mean, lo, hi = stats[est]
+    ax.plot(x, mean, marker="o", color="C0")
+    if n > 1:
+      ax.fill_between(x, lo, hi, color="C0", alpha=0.2)
+    if baseline in stats and est != baseline:
+      _, bx, bmean, _, _ = stats[baseline]
+      ax.plot(bx, bmean, "--", color="0.5", label=baseline)
+      ax.legend(fontsize=7, loc="upper left")
+    ax.set_title(f"{est} (n={n})", fontsize=9)
+    ax.set_ylim(-0.01, top)
+    ax.grid(alpha=0.3)
+  for ax in axes.flat[len(names) :]:
+    ax.axis("off")
+  for ax in axes[-1]:
+    ax.set_xlabel("RL step (0 = after SFT)", fontsize=8)
+  for ax in axes[:, 0]:
+    ax.set_ylabel("held-out success", fontsize=8)
+  fig.suptitle(f"{env}: mean and 95% CI over seeds", fontsize=10)
   fig.tight_layout()
   fig.savefig(path, dpi=100)
   plt.close(fig)
@@ -680,7 +714,10 @@ def write_report(
   for env in summary["envs"]:
     plots[env] = f"curves_{env}.png"
     plot_learning_curves(
-      env, [c for c in grid if c.env == env], outdir / plots[env]
+      env,
+      [c for c in grid if c.env == env],
+      outdir / plots[env],
+      baseline=manifest["baseline"],
     )
   specs = estimator_specs(grid)
   credit_rows = heatmaps(specs, outdir / "advantages.png") if specs else []
