@@ -67,12 +67,14 @@ _F32 = jnp.float32
 class KVCache:
   """Per-layer key/value caches, one tuple entry per layer.
 
-  `k[i]`, `v[i]` have shape SxKxLxDh (slots, kv heads, cache length,
-  head_dim): with (slot, kv head) leading, attention over the cache is a
-  batched matmul that reads it in place, where a length-major layout would
-  make XLA transpose the whole cache at every decode step. The cache itself
-  holds no lengths: the caller tracks how many positions of each row are
-  valid.
+  `v[i]` has shape SxKxLxDh (slots, kv heads, cache length, head_dim) and
+  `k[i]` the transposed SxKxDhxL. With (slot, kv head) leading, both
+  attention matmuls over the cache are batched GEMMs that read it in place:
+  scores contract Dh, the row dimension of a DhxL key block, and the
+  weighted sum contracts L, the row dimension of an LxDh value block. (Keys
+  stored LxDh made XLA:CPU transpose them at every decode step, which cost
+  about as much as the model's weight matmuls.) The cache holds no lengths:
+  the caller tracks how many positions of each row are valid.
   """
 
   k: tuple[jax.Array, ...]
@@ -80,27 +82,37 @@ class KVCache:
 
   @property
   def num_slots(self) -> int:
-    return self.k[0].shape[0]
+    return self.v[0].shape[0]
 
   @property
   def max_len(self) -> int:
-    return self.k[0].shape[2]
+    return self.v[0].shape[2]
 
   @property
   def nbytes(self) -> int:
     return sum(x.nbytes for x in self.k) + sum(x.nbytes for x in self.v)
 
 
-CACHE_AXES = (shd.BATCH, shd.KV_HEADS, shd.LENGTH, shd.HEAD_DIM)
+K_CACHE_AXES = (shd.BATCH, shd.KV_HEADS, shd.HEAD_DIM, shd.LENGTH)
+V_CACHE_AXES = (shd.BATCH, shd.KV_HEADS, shd.LENGTH, shd.HEAD_DIM)
+
+
+def map_cache(fn, cache: KVCache) -> KVCache:
+  """`fn(array, logical_axes)` applied to every key and value cache."""
+  return KVCache(
+    k=tuple(fn(x, K_CACHE_AXES) for x in cache.k),
+    v=tuple(fn(x, V_CACHE_AXES) for x in cache.v),
+  )
 
 
 def init_cache(config: ModelConfig, num_slots: int, max_len: int) -> KVCache:
   """Zero KV cache for `num_slots` rows of `max_len` positions."""
-  shape = (num_slots, config.n_kv_heads, max_len, config.head_dim)
-  zeros = lambda: jnp.zeros(shape, config.compute_dtype)
+  v_shape = (num_slots, config.n_kv_heads, max_len, config.head_dim)
+  k_shape = (num_slots, config.n_kv_heads, config.head_dim, max_len)
+  zeros = lambda shape: jnp.zeros(shape, config.compute_dtype)
   return KVCache(
-    k=tuple(zeros() for _ in range(config.n_layers)),
-    v=tuple(zeros() for _ in range(config.n_layers)),
+    k=tuple(zeros(k_shape) for _ in range(config.n_layers)),
+    v=tuple(zeros(v_shape) for _ in range(config.n_layers)),
   )
 
 
@@ -217,11 +229,14 @@ def attend(
   k_BxKxLxDh: jax.Array,
   v_BxKxLxDh: jax.Array,
   mask_BxCxL: jax.Array,
+  *,
+  keys_transposed: bool = False,
 ) -> jax.Array:
   """Grouped-query softmax attention; scores and softmax in float32.
 
   Keys and values are head-major (BxKxLxDh, the cache layout), so both
-  matmuls batch over (B, K) without moving the keys.
+  matmuls batch over (B, K) without moving the keys. With
+  `keys_transposed` the keys come as BxKxDhxL (the KV cache's key layout).
   """
   b, c, h, dh = q_BxCxHxDh.shape
   k = k_BxKxLxDh.shape[1]
@@ -229,7 +244,7 @@ def attend(
     0, 2, 1, 3, 4
   )
   scores_BxKxCxGxL = jnp.einsum(
-    "bkcgd,bkld->bkcgl",
+    "bkcgd,bkdl->bkcgl" if keys_transposed else "bkcgd,bkld->bkcgl",
     q_BxKxCxGxDh,
     k_BxKxLxDh.astype(q_BxCxHxDh.dtype),
     preferred_element_type=_F32,
@@ -311,7 +326,7 @@ class Attention(nnx.Module):
     x_BxCxD: jax.Array,
     positions_BxC: jax.Array,
     write_BxC: jax.Array,
-    k_cache_BxKxLxDh: jax.Array,
+    k_cache_BxKxDhxL: jax.Array,
     v_cache_BxKxLxDh: jax.Array,
     span: int | None = None,
   ) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -322,27 +337,35 @@ class Attention(nnx.Module):
     longest live row, not the cache size.
     """
     q, k, v = self.project(x_BxCxD, positions_BxC)
-    max_len = k_cache_BxKxLxDh.shape[2]
+    max_len = v_cache_BxKxLxDh.shape[2]
     # Tokens that must not be written go to index max_len, which
     # `mode="drop"` discards: no write can land out of bounds.
     write_pos_BxC = jnp.where(write_BxC, positions_BxC, max_len)
     rows_Bx1x1 = jnp.arange(x_BxCxD.shape[0])[:, None, None]
     heads_1xKx1 = jnp.arange(k.shape[2])[None, :, None]
-    where = (rows_Bx1x1, heads_1xKx1, write_pos_BxC[:, None, :])
-    k_cache = k_cache_BxKxLxDh.at[where].set(
-      head_major(k).astype(k_cache_BxKxLxDh.dtype), mode="drop"
+    pos_Bx1xC = write_pos_BxC[:, None, :]
+    # Keys are stored transposed (SxKxDhxL): the indexed dims (row, head,
+    # position) come first in the update, then Dh, as for the values.
+    k_cache = k_cache_BxKxDhxL.at[rows_Bx1x1, heads_1xKx1, :, pos_Bx1xC].set(
+      head_major(k).astype(k_cache_BxKxDhxL.dtype), mode="drop"
     )
-    v_cache = v_cache_BxKxLxDh.at[where].set(
+    v_cache = v_cache_BxKxLxDh.at[rows_Bx1x1, heads_1xKx1, pos_Bx1xC].set(
       head_major(v).astype(v_cache_BxKxLxDh.dtype), mode="drop"
     )
-    k_cache = shd.constrain(k_cache, CACHE_AXES)
-    v_cache = shd.constrain(v_cache, CACHE_AXES)
+    k_cache = shd.constrain(k_cache, K_CACHE_AXES)
+    v_cache = shd.constrain(v_cache, V_CACHE_AXES)
     # Every position <= the query's own has been written (earlier turns or
     # this chunk); later entries may be stale and are masked out.
     span = max_len if span is None else min(span, max_len)
     mask_BxCxL = jnp.arange(span)[None, None, :] <= positions_BxC[..., None]
     out = self.o_proj(
-      attend(q, k_cache[:, :, :span], v_cache[:, :, :span], mask_BxCxL)
+      attend(
+        q,
+        k_cache[..., :span],
+        v_cache[:, :, :span],
+        mask_BxCxL,
+        keys_transposed=True,
+      )
     )
     return out, k_cache, v_cache
 

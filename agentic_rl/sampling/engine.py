@@ -27,7 +27,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from agentic_rl import sharding as shd
-from agentic_rl.models.transformer import CACHE_AXES, KVCache
+from agentic_rl.models.transformer import KVCache, map_cache
 from agentic_rl.sampling.select import select_tokens
 
 Mesh = jax.sharding.Mesh
@@ -60,7 +60,7 @@ class DecodeOutput:
 def constrain_state(state: SamplerState) -> SamplerState:
   """Pins the state's layout so repeated calls keep one sharding."""
   return SamplerState(
-    cache=jax.tree.map(lambda x: shd.constrain(x, CACHE_AXES), state.cache),
+    cache=map_cache(shd.constrain, state.cache),
     lengths_S=shd.constrain(state.lengths_S, (shd.BATCH,)),
     last_logits_SxV=shd.constrain(
       state.last_logits_SxV, (shd.BATCH, shd.VOCAB)

@@ -43,7 +43,7 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from agentic_rl import sharding as shd
-from agentic_rl.models.transformer import CACHE_AXES, Transformer, init_cache
+from agentic_rl.models.transformer import Transformer, init_cache, map_cache
 from agentic_rl.sampling import engine
 from agentic_rl.sampling.engine import SamplerState, StopReason
 
@@ -163,8 +163,8 @@ class Sampler:
       axes, self.rules, self.mesh, x.shape
     )
     return SamplerState(
-      cache=jax.tree.map(
-        lambda x: jax.device_put(x, sharding(x, CACHE_AXES)), state.cache
+      cache=map_cache(
+        lambda x, axes: jax.device_put(x, sharding(x, axes)), state.cache
       ),
       lengths_S=jax.device_put(
         state.lengths_S, sharding(state.lengths_S, (shd.BATCH,))

@@ -288,7 +288,7 @@ def decode_breakdown(model, batch: int, repeats: int, steps: int = 64):
     def body(_, carry):
       cache, lengths_B, tokens_B = carry
       if no_attention:  # attention output replaced by its queries
-        attend, transformer.attend = transformer.attend, lambda q, *_: q
+        attend, transformer.attend = transformer.attend, lambda q, *_, **__: q
       try:
         hidden, cache = m.forward_cached(
           tokens_B[:, None], lengths_B[:, None], write_Bx1, cache

@@ -194,9 +194,12 @@ def test_unwritten_tokens_leave_cache_untouched():
   pos = jnp.asarray([[0, 1, 2], [6, 7, 8]])  # row 1 would run off the end
   write = jnp.asarray([[True, True, False], [True, True, False]])
   _, cache = forward_cached(model, tokens, pos, write, cache)
-  k = np.asarray(cache.k[0])  # SxKxLxDh
-  assert np.all(k[0, :, :2] != 0) and np.all(k[0, :, 2:] == 0)
-  assert np.all(k[1, :, :6] == 0) and np.all(k[1, :, 6:] != 0)
+  v = np.asarray(cache.v[0])  # SxKxLxDh
+  assert np.all(v[0, :, :2] != 0) and np.all(v[0, :, 2:] == 0)
+  assert np.all(v[1, :, :6] == 0) and np.all(v[1, :, 6:] != 0)
+  k = np.asarray(cache.k[0])  # SxKxDhxL: the same positions, transposed
+  assert np.all(k[0, :, :, :2] != 0) and np.all(k[0, :, :, 2:] == 0)
+  assert np.all(k[1, :, :, :6] == 0) and np.all(k[1, :, :, 6:] != 0)
 
 
 def test_rope_is_relative():
