@@ -463,6 +463,54 @@ def plot_learning_curves(
   plt.close(fig)
 
 
+def plot_paired_differences(
+  env: str, curves: Sequence[RunCurve], baseline: str, path: str | os.PathLike
+) -> None:
+  """Held-out success minus the baseline's on the same seed, vs RL step.
+
+  One line per estimator: the mean over the seeds both ran (thin lines:
+  each seed). With seeds far apart (different SFT policies) this is the
+  readable view; the absolute curves mostly show the seeds.
+  """
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  base = {c.seed: c for c in curves if c.estimator == baseline}
+  fig, ax = plt.subplots(figsize=(7, 4))
+  ax.axhline(0.0, color="0.5", lw=1, ls="--")
+  names = sorted({c.estimator for c in curves} - {baseline})
+  for i, est in enumerate(names):
+    diffs = []
+    for c in curves:
+      if c.estimator == est and c.seed in base:
+        b = base[c.seed]
+        x = np.union1d(c.steps, b.steps)
+        diffs.append(
+          np.interp(x, c.steps, c.success) - np.interp(x, b.steps, b.success)
+        )
+        ax.plot(x, diffs[-1], color=f"C{i}", lw=0.6, alpha=0.35)
+    if diffs:
+      width = min(len(d) for d in diffs)
+      mean = np.mean([d[:width] for d in diffs], axis=0)
+      ax.plot(
+        x[:width],
+        mean,
+        color=f"C{i}",
+        marker="o",
+        label=f"{est} (n={len(diffs)})",
+      )
+  ax.set_title(f"{env}: success minus {baseline} on the same seed")
+  ax.set_xlabel("RL step (0 = after SFT)")
+  ax.set_ylabel(f"Δ held-out success vs {baseline}")
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=8, ncol=2)
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+
+
 def estimator_specs(
   grid: Sequence[RunCurve],
 ) -> list[tuple[str, str, dict[str, Any]]]:
@@ -668,6 +716,9 @@ def render_readme(
     parts.append(_env_table(env, stats, summary["baseline"]) + "\n")
     if env in plots:
       parts.append(f"![{env} learning curves]({plots[env]})\n")
+      parts.append(
+        f"![{env} paired differences to the baseline](paired_{env}.png)\n"
+      )
   parts.append("## What the numbers show\n")
   parts.extend(f"- {f}" for f in findings(summary))
   parts.append("")
@@ -718,6 +769,12 @@ def write_report(
       [c for c in grid if c.env == env],
       outdir / plots[env],
       baseline=manifest["baseline"],
+    )
+    plot_paired_differences(
+      env,
+      [c for c in grid if c.env == env],
+      manifest["baseline"],
+      outdir / f"paired_{env}.png",
     )
   specs = estimator_specs(grid)
   credit_rows = heatmaps(specs, outdir / "advantages.png") if specs else []

@@ -355,6 +355,7 @@ def test_ci_sweep_and_report_end_to_end(tmp_path):
   )
   assert (out / "README.md").exists()
   assert list(out.glob("curves_sokoban.png"))
+  assert list(out.glob("paired_sokoban.png"))
 
 
 @pytest.mark.slow
