@@ -23,9 +23,11 @@ An ablation config (`configs/ablations/*.py`) returns its base config plus
 
 Every grid run is `python -m agentic_rl.main --config=<file>:<arg>
 --workdir=<root>/<env>/<estimator>/seed<seed> --config.seed=<seed>` plus
-`--config.<field>=<value>` overrides, so a run is reproducible from its
-command alone. A run is finished when its workdir holds `summary.json`; an
-unfinished one is simply launched again and resumes from its checkpoints.
+`--config.<field>=<value>` overrides (and, with `shared_sft`,
+`--config.init_from=<root>/<env>/sft/seed<seed>`), so a run is reproducible
+from its command alone. A run is finished when its workdir holds
+`summary.json`; an unfinished one is simply launched again and resumes from
+its checkpoints.
 """
 
 from __future__ import annotations
