@@ -234,9 +234,9 @@ def attend(
 ) -> jax.Array:
   """Grouped-query softmax attention; scores and softmax in float32.
 
-  Keys and values are head-major (BxKxLxDh, the cache layout), so both
-  matmuls batch over (B, K) without moving the keys. With
-  `keys_transposed` the keys come as BxKxDhxL (the KV cache's key layout).
+  Keys and values are head-major (BxKxLxDh), so both matmuls batch over
+  (B, K). With `keys_transposed` the keys come as BxKxDhxL, the KV cache's
+  key layout, which the score matmul reads without a transpose.
   """
   b, c, h, dh = q_BxCxHxDh.shape
   k = k_BxKxLxDh.shape[1]
