@@ -482,25 +482,26 @@ def plot_paired_differences(
   ax.axhline(0.0, color="0.5", lw=1, ls="--")
   names = sorted({c.estimator for c in curves} - {baseline})
   for i, est in enumerate(names):
-    diffs = []
-    for c in curves:
-      if c.estimator == est and c.seed in base:
-        b = base[c.seed]
-        x = np.union1d(c.steps, b.steps)
-        diffs.append(
-          np.interp(x, c.steps, c.success) - np.interp(x, b.steps, b.success)
-        )
-        ax.plot(x, diffs[-1], color=f"C{i}", lw=0.6, alpha=0.35)
-    if diffs:
-      width = min(len(d) for d in diffs)
-      mean = np.mean([d[:width] for d in diffs], axis=0)
-      ax.plot(
-        x[:width],
-        mean,
-        color=f"C{i}",
-        marker="o",
-        label=f"{est} (n={len(diffs)})",
-      )
+    pairs = [
+      (c, base[c.seed]) for c in curves if c.estimator == est and c.seed in base
+    ]
+    if not pairs:
+      continue
+    # One grid for every seed of this estimator, so the mean lines up.
+    x = np.unique(np.concatenate([np.r_[c.steps, b.steps] for c, b in pairs]))
+    diffs = [
+      np.interp(x, c.steps, c.success) - np.interp(x, b.steps, b.success)
+      for c, b in pairs
+    ]
+    for d in diffs:
+      ax.plot(x, d, color=f"C{i}", lw=0.6, alpha=0.35)
+    ax.plot(
+      x,
+      np.mean(diffs, axis=0),
+      color=f"C{i}",
+      marker="o",
+      label=f"{est} (n={len(diffs)})",
+    )
   ax.set_title(f"{env}: success minus {baseline} on the same seed")
   ax.set_xlabel("RL step (0 = after SFT)")
   ax.set_ylabel(f"Δ held-out success vs {baseline}")
