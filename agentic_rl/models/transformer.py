@@ -261,6 +261,48 @@ def attend(
   return out_BxKxCxGxDh.transpose(0, 2, 1, 3, 4).reshape(b, c, h, dh)
 
 
+# Query block of `causal_attend`: on a CPU, 64-row blocks ran the attention
+# of a training step (B=32, L=512..1024, tiny preset) about 2x faster than
+# the full LxL form, forward and backward (experiments/benchmarks).
+CAUSAL_BLOCK = 64
+
+
+def causal_attend(
+  q_BxLxHxDh: jax.Array,
+  k_BxKxLxDh: jax.Array,
+  v_BxKxLxDh: jax.Array,
+  block: int | None = None,
+) -> jax.Array:
+  """Causal `attend` over the sequence index, one query block at a time.
+
+  Query rows [s, e) attend only to keys [0, e): the upper-triangle blocks
+  that the causal mask would zero are never computed, which roughly halves
+  the score and softmax work and keeps each block's scores small. The
+  softmax of every row sees exactly the keys it would in the full form
+  (masked keys contribute exp(floor - max) = 0 there), so the result equals
+  `attend` with a lower-triangular mask up to float summation order.
+  `block` defaults to the module's `CAUSAL_BLOCK`, read at trace time; a
+  block of at least L is the full form.
+  """
+  l = q_BxLxHxDh.shape[1]
+  block = CAUSAL_BLOCK if block is None else block
+  if block < 1:
+    raise ValueError(f"causal_attend block must be >= 1: {block}")
+  outs = []
+  for s in range(0, l, block):
+    e = min(s + block, l)
+    mask_1xCxE = (jnp.arange(e)[None, :] <= jnp.arange(s, e)[:, None])[None]
+    outs.append(
+      attend(
+        q_BxLxHxDh[:, s:e],
+        k_BxKxLxDh[:, :, :e],
+        v_BxKxLxDh[:, :, :e],
+        mask_1xCxE,
+      )
+    )
+  return outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=1)
+
+
 def head_major(x_BxLxKxDh: jax.Array) -> jax.Array:
   return x_BxLxKxDh.transpose(0, 2, 1, 3)
 
@@ -317,9 +359,7 @@ class Attention(nnx.Module):
   def __call__(self, x_BxLxD: jax.Array, positions_BxL: jax.Array) -> jax.Array:
     """Causal self-attention over the sequence index."""
     q, k, v = self.project(x_BxLxD, positions_BxL)
-    l = x_BxLxD.shape[1]
-    causal_1xLxL = jnp.tril(jnp.ones((l, l), bool))[None]
-    return self.o_proj(attend(q, head_major(k), head_major(v), causal_1xLxL))
+    return self.o_proj(causal_attend(q, head_major(k), head_major(v)))
 
   def forward_cached(
     self,

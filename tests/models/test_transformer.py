@@ -10,7 +10,12 @@ from flax import nnx
 
 from agentic_rl import models
 from agentic_rl.models import ModelConfig, RopeScaling, init_cache
-from agentic_rl.models.transformer import apply_rope, rope_inv_freq
+from agentic_rl.models.transformer import (
+  apply_rope,
+  attend,
+  causal_attend,
+  rope_inv_freq,
+)
 
 
 def _forward(graphdef, state, tokens_BxL, positions_BxL):
@@ -301,3 +306,38 @@ def test_config_errors():
     small_config(d_model=0)
   with pytest.raises(KeyError, match="unknown model preset"):
     models.get_preset("gpt-5")
+
+
+@pytest.mark.parametrize(
+  "length,block", [(7, 64), (64, 64), (150, 64), (33, 8)]
+)
+def test_causal_attend_equals_masked_full_attention(length, block):
+  # Blocked causal attention skips the upper-triangle blocks; values and
+  # gradients must equal the full LxL form with a lower-triangular mask.
+  b, h, k, dh = 2, 4, 2, 16
+  kq, kk, kv, kg = jax.random.split(jax.random.key(0), 4)
+  q = jax.random.normal(kq, (b, length, h, dh))
+  keys = jax.random.normal(kk, (b, k, length, dh))
+  values = jax.random.normal(kv, (b, k, length, dh))
+  probe = jax.random.normal(kg, (b, length, h, dh))
+  causal = jnp.tril(jnp.ones((length, length), bool))[None]
+
+  def full(q, keys, values):
+    return jnp.sum(probe * attend(q, keys, values, causal))
+
+  def blocked(q, keys, values):
+    return jnp.sum(probe * causal_attend(q, keys, values, block=block))
+
+  np.testing.assert_allclose(
+    jax.jit(causal_attend, static_argnames="block")(
+      q, keys, values, block=block
+    ),
+    jax.jit(attend)(q, keys, values, causal),
+    atol=1e-6,
+  )
+  grads_full = jax.jit(jax.grad(full, argnums=(0, 1, 2)))(q, keys, values)
+  grads_blocked = jax.jit(jax.grad(blocked, argnums=(0, 1, 2)))(q, keys, values)
+  for g_full, g_blocked in zip(grads_full, grads_blocked, strict=True):
+    np.testing.assert_allclose(g_blocked, g_full, atol=1e-5)
+  with pytest.raises(ValueError, match="block"):
+    causal_attend(q, keys, values, block=0)
