@@ -27,7 +27,9 @@ Every grid run is `python -m agentic_rl.main --config=<file>:<arg>
 `--config.init_from=<root>/<env>/sft/seed<seed>`), so a run is reproducible
 from its command alone. A run is finished when its workdir holds
 `summary.json`; an unfinished one is simply launched again and resumes from
-its checkpoints.
+its checkpoints. Local runs (`run_sweep`) share a persistent XLA
+compilation cache, `<root>/jax_cache`, so only the first run of a shape
+pays for its compiles.
 """
 
 from __future__ import annotations
@@ -54,6 +56,9 @@ SUMMARY = "summary.json"
 TIMING = "sweep_timing.json"
 # Read by agentic_rl.main: call jax.distributed.initialize() before training.
 DISTRIBUTED_ENV = "AGENTIC_RL_DISTRIBUTED"
+# Local runs share a persistent XLA compilation cache under the root.
+CACHE_DIR = "jax_cache"
+CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
 SIMULATED_DEVICES_FLAG = "--xla_force_host_platform_device_count"
 _REQUIRED = ("name", "envs", "estimators", "seeds")
 
@@ -371,6 +376,16 @@ class RunResult:
   log: str | None = None
 
 
+def compilation_cache_dir(
+  root: str | os.PathLike, cache: str | os.PathLike | None
+) -> str:
+  """The persistent XLA cache local runs share: `<root>/jax_cache` if None.
+
+  "" turns it off.
+  """
+  return str(pathlib.Path(root) / CACHE_DIR) if cache is None else str(cache)
+
+
 def launch(
   run: RunSpec,
   root: str | os.PathLike,
@@ -378,14 +393,25 @@ def launch(
   python: str = sys.executable,
   module: str = "agentic_rl.main",
   distributed: bool = False,
+  compilation_cache: str | os.PathLike | None = None,
 ) -> RunResult:
-  """Runs one run to completion (resuming it if it was interrupted)."""
+  """Runs one run to completion (resuming it if it was interrupted).
+
+  The run gets `JAX_COMPILATION_CACHE_DIR` (see `compilation_cache_dir`)
+  unless the caller's environment sets it: the runs of a sweep compile the
+  same sampler and update steps for the same shapes, so all but the first
+  load them from disk. A cached executable is the one a fresh compile would
+  build (same HLO, compiler and flags), so results do not change.
+  """
   if is_finished(root, run):
     return RunResult(run.name, "skipped")
   wd = workdir(root, run)
   wd.mkdir(parents=True, exist_ok=True)
   log = wd / "run.log"
   env = {**os.environ, **environ(run, distributed)}
+  cache = compilation_cache_dir(root, compilation_cache)
+  if cache and CACHE_ENV not in env:
+    env[CACHE_ENV] = cache
   start = time.perf_counter()
   with open(log, "a") as f:
     f.write(f"$ {shell_command(run, root, python=python)}\n")
@@ -421,6 +447,7 @@ def run_sweep(
   module: str = "agentic_rl.main",
   distributed: bool = False,
   on_result: Callable[[RunResult], None] | None = None,
+  compilation_cache: str | os.PathLike | None = None,
 ) -> list[RunResult]:
   """Runs every unfinished run, `workers` processes at a time, in order.
 
@@ -453,6 +480,7 @@ def run_sweep(
             python=python,
             module=module,
             distributed=distributed,
+            compilation_cache=compilation_cache,
           )
         )
       for future in concurrent.futures.as_completed(futures):

@@ -13,7 +13,8 @@ unfinished run (for a cluster scheduler or a TPU pod) instead of running.
 `--only` runs the subset whose names match any of the glob patterns (and
 the shared SFT stages they start from); the manifest still lists every run,
 so the report marks the rest unfinished. The manifest `<root>/sweep.json`
-is what scripts/report.py reads.
+is what scripts/report.py reads. Local runs share a persistent XLA
+compilation cache (`--compilation_cache`, default `<root>/jax_cache`).
 """
 
 import pathlib
@@ -41,6 +42,12 @@ _DISTRIBUTED = flags.DEFINE_bool(
 )
 _PYTHON = flags.DEFINE_string(
   "python", sys.executable, "Interpreter for the runs (local runs only)."
+)
+_CACHE = flags.DEFINE_string(
+  "compilation_cache",
+  None,
+  "Persistent XLA compilation cache the local runs share (default "
+  "<root>/jax_cache; '' turns it off).",
 )
 _ONLY = flags.DEFINE_list(
   "only", None, "Glob patterns over run names, e.g. 'sokoban/*,*/seed0'."
@@ -81,6 +88,7 @@ def main(argv: list[str]) -> int:
     python=_PYTHON.value,
     distributed=_DISTRIBUTED.value,
     on_result=report,
+    compilation_cache=_CACHE.value,
   )
   failed = [r.name for r in results if r.status == "failed"]
   if failed:

@@ -20,8 +20,9 @@ ABLATION = "configs/ablations/credit_assignment.py"
 # the marker it resumes and writes summary.json (as the loop does).
 FAKE_MAIN = textwrap.dedent(
   """
-  import json, pathlib, sys
+  import json, os, pathlib, sys
   args = dict(a[2:].split("=", 1) for a in sys.argv[1:])
+  args["cache_env"] = os.environ.get("JAX_COMPILATION_CACHE_DIR", "")
   wd = pathlib.Path(args["workdir"])
   wd.mkdir(parents=True, exist_ok=True)
   with open(wd / "launches.txt", "a") as f:
@@ -187,6 +188,7 @@ def test_fake_sweep_skips_finished_and_resumes_interrupted(
 ):
   (tmp_path / "fake_main.py").write_text(FAKE_MAIN)
   monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+  monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
   root = tmp_path / "runs"
   sweep = _tiny_sweep()
   runs = sweeps.expand(sweep)
@@ -214,7 +216,9 @@ def test_fake_sweep_skips_finished_and_resumes_interrupted(
   }
   assert first[1].returncode == 3
 
-  second = sweeps.run_sweep(runs, root, workers=1, module="fake_main")
+  second = sweeps.run_sweep(
+    runs, root, workers=1, module="fake_main", compilation_cache=""
+  )
   assert [r.status for r in second] == ["skipped", "ok", "skipped", "skipped"]
   resumed = json.loads(
     (sweeps.workdir(root, crashing) / "summary.json").read_text()
@@ -223,6 +227,9 @@ def test_fake_sweep_skips_finished_and_resumes_interrupted(
   launches = (sweeps.workdir(root, crashing) / "launches.txt").read_text()
   assert len(launches.splitlines()) == 2
   first_args = json.loads(launches.splitlines()[0])
+  # Local runs share <root>/jax_cache unless told otherwise ("" = off).
+  assert first_args["cache_env"] == str(root / "jax_cache")
+  assert json.loads(launches.splitlines()[1])["cache_env"] == ""
   assert first_args["config.seed"] == "0"
   assert first_args["config.rl.steps"] == "1"
   timing = json.loads(
@@ -314,7 +321,11 @@ def test_ci_sweep_and_report_end_to_end(tmp_path):
   # Real runs: GRPO and GiGPO on smoke Sokoban, and the sharded-path check
   # on 8 simulated devices with mesh (2, 2, 2); then the report.
   root, out = tmp_path / "ca_ci", tmp_path / "report"
-  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+  env = {
+    k: v
+    for k, v in os.environ.items()
+    if k not in ("XLA_FLAGS", "JAX_COMPILATION_CACHE_DIR")
+  }
   subprocess.run(
     [
       sys.executable,
@@ -353,6 +364,8 @@ def test_ci_sweep_and_report_end_to_end(tmp_path):
   assert (
     "sft/loss" in (root / "sokoban/sft/seed0/logs/metrics.jsonl").read_text()
   )
+  # The runs wrote their compiled executables to the shared cache.
+  assert any((root / "jax_cache").iterdir())
   assert (out / "README.md").exists()
   assert list(out.glob("curves_sokoban.png"))
   assert list(out.glob("paired_sokoban.png"))
