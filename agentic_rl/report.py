@@ -11,7 +11,11 @@ For every environment and estimator this computes, over seeds,
   success, in [0, 1]); the curve starts at the SFT policy's evaluation;
   steps to reach a success threshold (first evaluation at or above it);
   paired differences against the baseline estimator (same seed), mean and
-  95% t-interval of the difference.
+  95% t-interval of the difference;
+  training-rollout success gain: mean success of the sampled RL batches
+  over the last `TRAIN_WINDOW` RL steps minus the first (64 episodes a step
+  in the credit-assignment sweep, so 320 per window, against 128 held-out
+  tasks per evaluation), when the runs log `success_rate`.
 
 Evaluation points come from the metrics file's `eval/*` entries: the row
 at step 0 (no `sft/` keys) is the SFT policy's evaluation (older runs lack
@@ -42,6 +46,9 @@ from agentic_rl.train.logging import read_jsonl
 SFT_PREFIX = "sft/"
 
 
+TRAIN_WINDOW = 5  # RL steps averaged at each end for the training gain
+
+
 class ReportError(ValueError):
   """A sweep root, run directory or metrics file cannot be reported on."""
 
@@ -61,6 +68,10 @@ class RunCurve:
   rows: int  # RL rows in the metrics file
   estimator_config: dict[str, Any]
   seconds: float | None  # wall time measured by the sweep runner
+  # success rate of each RL step's sampled batch (empty if not logged)
+  train_success: np.ndarray = dataclasses.field(
+    default_factory=lambda: np.zeros(0)
+  )
 
   @property
   def final_success(self) -> float:
@@ -133,6 +144,21 @@ def steps_to_threshold(
     if v >= threshold:
       return float(s)
   return None
+
+
+def train_gain(
+  values: Sequence[float], window: int = TRAIN_WINDOW
+) -> float | None:
+  """mean(last `window`) - mean(first `window`); None under 2 values.
+
+  The window shrinks to half the values when there are fewer than 2 x
+  `window`, so the two ends never overlap.
+  """
+  v = np.asarray(values, np.float64)
+  w = min(window, v.size // 2)
+  if w < 1:
+    return None
+  return float(v[-w:].mean() - v[:w].mean())
 
 
 def paired_difference(
@@ -244,6 +270,9 @@ def load_run(root: str | os.PathLike, run: Mapping[str, Any]) -> RunCurve:
     rows=len(rows),
     estimator_config=dict(config.get("estimator", {})),
     seconds=seconds,
+    train_success=np.asarray(
+      [r["success_rate"] for r in rows if "success_rate" in r], np.float64
+    ),
   )
 
 
@@ -300,6 +329,8 @@ def summarize_env(
     "final_return": lambda c: c.final_return,
     "auc_success": lambda c: normalized_auc(c.steps, c.success),
   }
+  if all(train_gain(c.train_success) is not None for c in curves):
+    metrics["train_success_gain"] = lambda c: train_gain(c.train_success)
   per_seed = {
     est: {m: {s: f(c) for s, c in runs.items()} for m, f in metrics.items()}
     for est, runs in by_est.items()
@@ -582,6 +613,22 @@ def _env_table(env: str, stats: Mapping[str, Any], baseline: str) -> str:
       f" {_ci(vs['final_success']) if vs else 'baseline'} |"
       f" {_ci(vs['auc_success']) if vs else 'baseline'} |"
     )
+  if all("train_success_gain" in row for row in stats.values()):
+    lines += [
+      "",
+      f"Training-rollout success, mean of the last {TRAIN_WINDOW} RL steps'"
+      f" sampled batches minus the first {TRAIN_WINDOW}'s (same tasks for"
+      " every estimator of a seed):",
+      "",
+      f"| estimator | train success gain | Δ gain vs {baseline} |",
+      "|---|---|---|",
+    ]
+    for est, row in stats.items():
+      vs = row.get("vs_baseline")
+      lines.append(
+        f"| {est} | {_ci(row['train_success_gain'])} |"
+        f" {_ci(vs['train_success_gain']) if vs else 'baseline'} |"
+      )
   return "\n".join(lines)
 
 

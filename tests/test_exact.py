@@ -70,6 +70,30 @@ def test_frozenlake_2x2_slippery_hand_values():
   np.testing.assert_allclose(v[0, s1], 0.25)
 
 
+def test_optimal_finite_is_the_best_success_within_the_budget():
+  # S F F / F H F / F F G, deterministic: the goal is 4 moves away, so the
+  # best success is 1 with >= 4 turns and 0 with 3.
+  mdp = _lake_mdp(["SFF", "FHF", "FFG"])
+  start = mdp.start_N[0]
+  assert exact.optimal_finite(mdp, horizon=3)[1][0, start] == 0.0
+  q, v = exact.optimal_finite(mdp, horizon=4)
+  assert v[0, start] == 1.0
+  np.testing.assert_allclose(q[0, start], [0, 1, 1, 0])  # Down or Right
+  # Slippery 2x2 (hand values as above): from s1 with one turn left the best
+  # is 1/3; from s0 with two, any move that can reach s1 does so w.p. 1/3
+  # (staying at s0 leaves no way to G in one move): 1/3 * 1/3.
+  slip = _lake_mdp(["SF", "HG"], slippery=True)
+  s0, s1 = slip.keys.index("s0"), slip.keys.index("s1")
+  _, v = exact.optimal_finite(slip, horizon=2)
+  np.testing.assert_allclose(v[1, s1], 1 / 3)
+  np.testing.assert_allclose(v[0, s0], 1 / 9)
+  # No policy beats it: uniform is below it everywhere.
+  _, v_uniform = exact.evaluate(slip, exact.uniform_policy(slip), horizon=2)
+  assert np.all(v_uniform <= v + 1e-12)
+  with pytest.raises(ValueError, match="horizon"):
+    exact.optimal_finite(slip, horizon=0)
+
+
 def test_gamma_discounts_later_rewards():
   mdp = _lake_mdp(["SF", "HG"])
   s0, s1 = mdp.keys.index("s0"), mdp.keys.index("s1")

@@ -34,6 +34,15 @@ def test_auc_and_threshold_by_hand():
   assert report.steps_to_threshold([0, 5], [0.1, 0.2], 0.5) is None
 
 
+def test_train_gain_by_hand():
+  assert report.train_gain([0, 0, 0, 1, 1, 1]) == pytest.approx(1.0)  # w=3
+  assert report.train_gain([0, 1, 2, 3, 4], window=2) == pytest.approx(3.0)
+  assert report.train_gain([0.1, 0.3]) == pytest.approx(0.2)
+  assert report.train_gain([0.5]) is None
+  ramp = np.arange(12.0)  # window 5: (7+...+11)/5 - (0+...+4)/5 = 7
+  assert report.train_gain(ramp) == pytest.approx(7.0)
+
+
 def test_paired_difference_by_hand():
   treated = {0: 0.5, 1: 0.7, 2: 0.6, 7: 1.0}  # seed 7 has no partner
   baseline = {0: 0.4, 1: 0.4, 2: 0.5}
@@ -45,8 +54,12 @@ def test_paired_difference_by_hand():
   assert (ci.lo, ci.hi) == pytest.approx((1 / 6 - half, 1 / 6 + half))
 
 
-def _write_run(root, name, curve, *, sft_row=True, resumed=False, nan=False):
+def _write_run(
+  root, name, curve, *, sft_row=True, resumed=False, nan=False, slope=0.1
+):
   """A run dir as the loop writes it; curve = [(rl_step, success, return)].
+
+  RL step i's sampled batch succeeds at rate `slope` * i.
 
   RL rows carry the optimizer step in `step` (4.5, 8.5, ...), as the loop
   logs them, not the RL iteration.
@@ -61,6 +74,7 @@ def _write_run(root, name, curve, *, sft_row=True, resumed=False, nan=False):
   last = max(evals)
   for i in range(1, last + 1):
     row = {"step": 0.5 + 4 * i, "loss": "NaN" if nan else 0.1}
+    row["success_rate"] = slope * i
     if i in evals:
       row["eval/success_rate"], row["eval/return_mean"] = evals[i]
     rows.append(row)
@@ -100,7 +114,9 @@ def sweep_root(tmp_path):
     name = f"lake/{est}/seed{seed}"
     # seed 0 of grpo: an older run without the step-0 row, resumed once.
     old = (est, seed) == ("grpo", 0)
-    _write_run(root, name, curve, sft_row=not old, resumed=old)
+    # Training success rises 0.1 a step for grpo, 0.2-0.4 for gigpo.
+    slope = 0.1 if est == "grpo" else 0.2 + 0.1 * seed
+    _write_run(root, name, curve, sft_row=not old, resumed=old, slope=slope)
     runs.append({"name": name, "env": "lake", "estimator": est, "seed": seed})
   _write_run(root, "checks/mesh", CURVES[("grpo", 0)], nan=True)
   runs.append(
@@ -156,6 +172,13 @@ def test_summary_statistics_by_hand(sweep_root):
   d = gigpo["vs_baseline"]["final_success"]
   assert d["mean"] == pytest.approx(1 / 6) and d["n"] == 3
   assert "vs_baseline" not in grpo
+  # Training gain with 2 RL steps (window 1): step 2 - step 1 = the slope;
+  # paired gigpo - grpo: 0.1, 0.2, 0.3.
+  assert grpo["train_success_gain"]["mean"] == pytest.approx(0.1)
+  d = gigpo["vs_baseline"]["train_success_gain"]
+  assert d["mean"] == pytest.approx(0.2) and d["n"] == 3
+  half = T_975_2 * 0.1 / math.sqrt(3)
+  assert (d["lo"], d["hi"]) == pytest.approx((0.2 - half, 0.2 + half))
   # Threshold 0.5: grpo seeds reach it at step -, 2, 2; gigpo at 2, 1, 2.
   assert grpo["steps_to_threshold"] == {
     "mean_over_reached": 2.0,
@@ -178,6 +201,7 @@ def test_write_report_files(sweep_root, tmp_path):
   readme = (out / "README.md").read_text()
   assert "Smoke-size sweep, not the experiment" in readme
   assert "| gigpo | 3 | 0.667 [" in readme
+  assert "| gigpo | 0.300 [" in readme  # training gain 0.2, 0.3, 0.4
   assert "86.7 vs 72.8" in readme
   assert "lake/rloo/seed0" in readme
   assert "all metrics finite: NO" in readme

@@ -61,7 +61,7 @@ def test_full_sweep_is_the_paired_grid():
   runs = [r for r in everything if r.kind == "grid"]
   assert everything == stages + runs
   assert len(runs) == 3 * 7 * 3 and len(stages) == 3 * 3
-  assert {r.env for r in runs} == {"sokoban", "frozenlake", "flights"}
+  assert {r.env for r in runs} == {"sokoban", "frozenlake", "search_qa"}
   assert {r.estimator for r in runs} >= {
     "grpo",
     "dr_grpo",
@@ -100,7 +100,7 @@ def test_smoke_sweep_has_a_sharded_check():
   assert "'--config.mesh.shape=(2,2,2)'" in line
 
 
-@pytest.mark.parametrize("env", ["sokoban", "frozenlake", "flights"])
+@pytest.mark.parametrize("env", ["sokoban", "frozenlake", "search_qa"])
 def test_runs_of_one_seed_differ_only_in_the_estimator(env):
   # The paired design: a seed's runs share every field but `estimator`
   # (so the same init, task order and environment seeds).
@@ -129,6 +129,11 @@ def test_env_configs():
   assert flights.env.name == "flights"
   assert flights.rollout.protocol == "tool_call"
   assert flights.estimator.name == "rloo"
+  qa = sweeps.load_config("configs/search_qa.py:prm_weighted")
+  assert qa.env.name == "search_qa" and qa.rollout.protocol == "tags"
+  assert qa.estimator.name == "prm_weighted"
+  assert "env:progress" in qa.rewards.process.signals
+  assert qa.sampler.max_len == qa.length_buckets[-1]
 
 
 def test_commands_and_overrides():

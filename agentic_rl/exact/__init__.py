@@ -8,7 +8,8 @@ estimator's per-turn advantages agree with that truth, as a function of the
 group size.
 
   mdp     `TabularMDP`, `frozenlake_mdp`, `sokoban_mdp`, `evaluate`,
-          `advantages`, `optimal_q`
+          `advantages`, `optimal_q`, `optimal_finite` (the best success
+          within a turn budget)
   policy  `uniform_policy`, `softmax_policy`, `model_policy` (the LM's
           Markov policy by teacher forcing the four move texts)
   study   `sample_episodes`, `to_trajectories`, `compare`, `run_study`,
@@ -21,6 +22,7 @@ from agentic_rl.exact.mdp import (
   backup,
   evaluate,
   frozenlake_mdp,
+  optimal_finite,
   optimal_q,
   sokoban_mdp,
 )
@@ -59,6 +61,7 @@ __all__ = [
   "gigpo_step_spec",
   "model_policy",
   "move_logprobs",
+  "optimal_finite",
   "optimal_q",
   "oracle_spec",
   "registry_spec",

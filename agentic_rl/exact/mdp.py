@@ -263,6 +263,28 @@ def evaluate(
   return q_TxSxA, v_TxS
 
 
+def optimal_finite(
+  mdp: TabularMDP, horizon: int, gamma: float = 1.0
+) -> tuple[np.ndarray, np.ndarray]:
+  """Finite-horizon optimal values: (q_TxSxA, v_TxS), as `evaluate` lays out.
+
+  V_t(s) = max_a Q_t(s, a): the best any policy can do with H - t turns
+  left. With FrozenLake's reward (1 on reaching the goal) V_0 at a task's
+  start is the highest success probability within the turn budget, the
+  ceiling for a trained policy's success rate on that task.
+  """
+  if horizon < 1:
+    raise ValueError(f"horizon must be >= 1, got {horizon}")
+  s, a = mdp.num_states, len(mdp.moves)
+  q_TxSxA = np.zeros((horizon, s, a))
+  v_TxS = np.zeros((horizon + 1, s))
+  live_S = ~mdp.terminal_S
+  for t in range(horizon - 1, -1, -1):
+    q_TxSxA[t] = backup(mdp, v_TxS[t + 1], gamma) * live_S[:, None]
+    v_TxS[t] = q_TxSxA[t].max(axis=1)
+  return q_TxSxA, v_TxS
+
+
 def advantages(q_TxSxA: np.ndarray, v_TxS: np.ndarray) -> np.ndarray:
   """A_t(s, a) = Q_t(s, a) - V_t(s), shape TxSxA."""
   return q_TxSxA - v_TxS[: q_TxSxA.shape[0], :, None]

@@ -101,7 +101,8 @@ def _model_config(config, tokenizer):
   )
 
 
-def _pool(config) -> TaskPool:
+def task_pool(config) -> TaskPool:
+  """The run's tasks: split "train" (RL and SFT demos) and "test" (eval)."""
   spec = []
   for split, counts in (
     ("train", config.tasks.train_counts),
@@ -146,7 +147,7 @@ def setup(config, workdir: str) -> Run:
         f"config.{name}={size} must be divisible by the mesh's data-parallel "
         f"size {layout.data_parallel_size} (mesh.shape={config.mesh.shape})"
       )
-  pool = _pool(config)
+  pool = task_pool(config)
   train_pool = pool.split("train")
   task_sampler = train_pool.sampler(config.seed)
   stack = rewards.from_config(config.rewards)

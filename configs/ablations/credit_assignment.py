@@ -8,9 +8,12 @@ Question: with everything else fixed (model, SFT warm start, task order,
 sampling keys, optimizer), how much does the advantage estimator change
 held-out success after RL, and how fast it gets there? Axes: estimators
 GRPO, Dr.GRPO, RLOO, GiGPO (mean_norm and mean_std_norm), turn-discounted
-and PRM-weighted; environments Sokoban, slippery FrozenLake and flight
-booking (JSON tool calls); seeds 0, 1, 2. Runs are named
-`<env>/<estimator>/seed<seed>`.
+and PRM-weighted; environments Sokoban, slippery FrozenLake and search QA
+(Search-R1 tags over a BM25 tool); seeds 0, 1, 2. Runs are named
+`<env>/<estimator>/seed<seed>`. The tool environment was flight booking
+until its SFT stage (seed 0) solved 0 of 128 held-out tasks with 59% of
+turns malformed JSON calls: RL from 0% success compares nothing, so search
+QA (3.9% after SFT) took its place.
 
 Shared SFT. The SFT stage does not depend on the estimator, so it runs once
 per (env, seed) as `<env>/sft/seed<seed>` and every estimator's RL starts
@@ -37,8 +40,8 @@ the sharded check). The returned
 config is the baseline run (first env, GRPO) so the file also runs alone
 with `agentic_rl.main`; the loop ignores `config.sweep`.
 
-Expected: see experiments/credit_assignment/README.md (Sokoban has run, 18
-of 21 runs; FrozenLake and flights have not).
+Expected: see experiments/credit_assignment/README.md (Sokoban and
+FrozenLake have run, 21 of 21 runs each; search QA has started).
 """
 
 import ml_collections
@@ -48,7 +51,7 @@ from configs import sokoban
 ENVS = {
   "sokoban": "configs/sokoban.py",
   "frozenlake": "configs/frozenlake.py",
-  "flights": "configs/flights.py",
+  "search_qa": "configs/search_qa.py",
 }
 ESTIMATORS = (
   "grpo",

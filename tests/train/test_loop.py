@@ -146,3 +146,26 @@ def test_bad_warm_starts_are_named_errors(straight, sft_stage, tmp_path):
       node[leaf] = value
     with pytest.raises(loop.WarmStartError, match=match):
       loop.setup(config, str(tmp_path / f"run{i}"))
+
+
+def test_search_qa_smoke_run_trains_on_tag_protocol_episodes(tmp_path):
+  # The credit-assignment sweep's tool environment, end to end at smoke
+  # size: SFT on expert search/answer demos, then RL with PRM evidence.
+  from configs import search_qa
+
+  config = search_qa.get_config("prm_weighted,smoke")
+  summary = loop.train(config, str(tmp_path))
+  assert summary["rl_steps"] == config.rl.steps
+  rows = _rl_rows(tmp_path)
+  assert sorted(rows) == list(range(1, config.rl.steps + 1))
+  for row in rows.values():
+    assert math.isfinite(row["loss"]) and math.isfinite(row["grad_norm"])
+    # Every episode is a search-QA dialogue that used at least one turn.
+    assert 1.0 <= row["turns_per_episode"] <= config.rollout.max_turns
+    assert row["tokens_per_episode"] <= config.rollout.max_total_tokens
+  sft = [
+    r["sft/loss"]
+    for r in read_jsonl(str(tmp_path / "logs" / "metrics.jsonl"))
+    if "sft/loss" in r
+  ]
+  assert len(sft) == config.sft.steps and all(map(math.isfinite, sft))
