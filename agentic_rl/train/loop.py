@@ -49,7 +49,7 @@ from agentic_rl.rollout.demos import expert_trajectories
 from agentic_rl.train import batching
 from agentic_rl.train import step as step_lib
 from agentic_rl.train.checkpoint import Checkpointer
-from agentic_rl.train.logging import MetricWriter
+from agentic_rl.train.logging import JSONL_NAME, MetricWriter
 from agentic_rl.train.sft import make_sft_step
 from agentic_rl.train.state import (
   OptimizerConfig,
@@ -178,9 +178,11 @@ def setup(config, workdir: str) -> Run:
   if checkpointer.latest_step() is not None:
     state, host = checkpointer.restore(state, layout)
     task_sampler.load_state_dict(host["task_sampler"])
-  elif warm:
-    state, host = warm_start(config, config.init_from, state, layout)
-    task_sampler.load_state_dict(host["task_sampler"])
+  else:  # a start from scratch redoes every logged step
+    set_aside_stale_log(workdir / "logs")
+    if warm:
+      state, host = warm_start(config, config.init_from, state, layout)
+      task_sampler.load_state_dict(host["task_sampler"])
   writer = MetricWriter(
     str(workdir / "logs"),
     console_keys=CONSOLE_KEYS,
@@ -228,6 +230,22 @@ def setup(config, workdir: str) -> Run:
     sft_step,
     rl_step,
   )
+
+
+def set_aside_stale_log(logdir: pathlib.Path) -> pathlib.Path | None:
+  """Renames a metrics file left by an attempt that saved no checkpoint.
+
+  A run that starts without a checkpoint repeats every step such an attempt
+  logged, so appending would list those steps twice. The old rows move to
+  `metrics.jsonl.stale<N>` (kept, not deleted); returns that path or None.
+  """
+  path = logdir / JSONL_NAME
+  if not path.is_file():
+    return None
+  n = 1
+  while (stale := logdir / f"{JSONL_NAME}.stale{n}").exists():
+    n += 1
+  return path.rename(stale)
 
 
 class WarmStartError(ValueError):

@@ -64,8 +64,18 @@ def test_smoke_run_writes_everything(straight):
 
 def test_resume_continues_exactly(straight, tmp_path):
   workdir, _ = straight
+  # An earlier attempt that died before its first checkpoint left a log.
+  logs = tmp_path / "logs"
+  logs.mkdir()
+  stale = '{"step": 1, "time": 0.0, "loss": 99.0}\n'
+  (logs / "metrics.jsonl").write_text(stale)
   loop.train(_config(1), str(tmp_path))  # stop after one RL step ...
+  # Starting from scratch set that log aside instead of appending to it.
+  assert (logs / "metrics.jsonl.stale1").read_text() == stale
+  assert all(r.get("loss") != 99.0 for r in read_jsonl(logs / "metrics.jsonl"))
   loop.train(_config(2), str(tmp_path))  # ... and resume for the second
+  assert not (logs / "metrics.jsonl.stale2").exists()  # resuming appends
+  assert sorted(_rl_rows(tmp_path)) == [1, 2]
   want, want_host = _params(workdir, _config(2))
   got, got_host = _params(tmp_path, _config(2))
   jax.tree.map(np.testing.assert_array_equal, got, want)
