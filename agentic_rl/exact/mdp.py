@@ -250,16 +250,21 @@ def evaluate(
   V_t(s) = sum_a pi(a|s) Q_t(s, a), with V_H = 0. `v_TxS` has H + 1 rows
   (the last is V_H = 0). Terminal states get value 0 at every t.
   """
+  _check_policy(mdp, pi_SxA)
+  return _backward(mdp, horizon, gamma, lambda q: (pi_SxA * q).sum(axis=1))
+
+
+def _backward(mdp, horizon, gamma, value_of):
+  """Backward induction; `value_of(q_SxA) -> v_S` picks how V follows Q."""
   if horizon < 1:
     raise ValueError(f"horizon must be >= 1, got {horizon}")
-  _check_policy(mdp, pi_SxA)
-  s, a = pi_SxA.shape
+  s, a = mdp.num_states, len(mdp.moves)
   q_TxSxA = np.zeros((horizon, s, a))
   v_TxS = np.zeros((horizon + 1, s))
   live_S = ~mdp.terminal_S
   for t in range(horizon - 1, -1, -1):
     q_TxSxA[t] = backup(mdp, v_TxS[t + 1], gamma) * live_S[:, None]
-    v_TxS[t] = (pi_SxA * q_TxSxA[t]).sum(axis=1)
+    v_TxS[t] = value_of(q_TxSxA[t])
   return q_TxSxA, v_TxS
 
 
@@ -273,16 +278,7 @@ def optimal_finite(
   start is the highest success probability within the turn budget, the
   ceiling for a trained policy's success rate on that task.
   """
-  if horizon < 1:
-    raise ValueError(f"horizon must be >= 1, got {horizon}")
-  s, a = mdp.num_states, len(mdp.moves)
-  q_TxSxA = np.zeros((horizon, s, a))
-  v_TxS = np.zeros((horizon + 1, s))
-  live_S = ~mdp.terminal_S
-  for t in range(horizon - 1, -1, -1):
-    q_TxSxA[t] = backup(mdp, v_TxS[t + 1], gamma) * live_S[:, None]
-    v_TxS[t] = q_TxSxA[t].max(axis=1)
-  return q_TxSxA, v_TxS
+  return _backward(mdp, horizon, gamma, lambda q: q.max(axis=1))
 
 
 def advantages(q_TxSxA: np.ndarray, v_TxS: np.ndarray) -> np.ndarray:
