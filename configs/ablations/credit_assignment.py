@@ -40,8 +40,9 @@ the sharded check). The returned
 config is the baseline run (first env, GRPO) so the file also runs alone
 with `agentic_rl.main`; the loop ignores `config.sweep`.
 
-Expected: see experiments/credit_assignment/README.md (Sokoban and
-FrozenLake have run, 21 of 21 runs each; search QA has started).
+Expected: see experiments/credit_assignment/README.md (all 63 runs have
+run: GiGPO and turn-discounted ended 5-9 points above GRPO on every Sokoban
+seed; FrozenLake and search QA do not separate on success).
 """
 
 import ml_collections
