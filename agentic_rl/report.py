@@ -671,7 +671,14 @@ def _literature_note(summary: Mapping[str, Any]) -> str:
     return LITERATURE + " This sweep has no GiGPO run to compare."
   if above:
     where = ", ".join(f"{env} ({est})" for env, est, _ in above)
-    return LITERATURE + f" Here GiGPO is above GRPO on {where}, in agreement."
+    agree = f" Here GiGPO is above GRPO on {where}, in agreement"
+    unresolved = sorted({g[0] for g in gigpo} - {g[0] for g in above})
+    if unresolved:
+      agree += (
+        f"; on {', '.join(unresolved)} no GiGPO variant is distinguishably "
+        "above GRPO"
+      )
+    return LITERATURE + agree + "."
   return (
     LITERATURE + " Here no GiGPO variant is distinguishably above GRPO on "
     "any environment, which disagrees with the paper or, more likely at "

@@ -263,3 +263,30 @@ def test_unfinished_runs_are_listed_or_counted_per_env():
   assert report._missing_line(many) == (
     "7 (lake: 5, fl: 2; names in results.json)"
   )
+
+
+def test_literature_note_names_agreeing_and_unresolved_envs():
+  def row(lo, hi):
+    return {"vs_baseline": {"final_success": {"lo": lo, "hi": hi, "n": 3}}}
+
+  summary = {
+    "smoke": False,
+    "envs": {
+      "box": {"grpo": {}, "gigpo": row(0.01, 0.2), "rloo": row(0.1, 0.3)},
+      "lake": {"grpo": {}, "gigpo": row(-0.1, 0.1)},
+      "qa": {"grpo": {}, "gigpo_std": row(-0.01, 0.02)},
+    },
+  }
+  note = report._literature_note(summary)
+  assert note.endswith(
+    "Here GiGPO is above GRPO on box (gigpo), in agreement; on lake, qa no "
+    "GiGPO variant is distinguishably above GRPO."
+  )
+  summary["envs"]["box"]["gigpo"] = row(-0.05, 0.2)
+  assert "no GiGPO variant is distinguishably above GRPO on any" in (
+    report._literature_note(summary)
+  )
+  summary["smoke"] = True
+  assert report._literature_note(summary).endswith(
+    "neither confirm nor contradict it."
+  )
