@@ -137,6 +137,7 @@ class Sampler:
     self.max_stop_ids = max_stop_ids
     self.mesh, self.rules = mesh, tuple(rules)
     self._graphdef, params = nnx.split(model)
+    self._static_graph = engine.StaticGraph(self._graphdef)
     self.params = self._place_params(params)
     self.state = self._initial_state()
     self._lengths = np.zeros((num_slots,), np.int64)
@@ -268,7 +269,7 @@ class Sampler:
     reset_S = np.zeros((self.num_slots,), bool)
     reset_S[rows] = True
     self.state = engine.prefill_jit(
-      self._graphdef,
+      self._static_graph,
       self.params,
       self.state,
       tokens_SxC,
@@ -287,7 +288,7 @@ class Sampler:
         raise ValueError(f"extend: row {r} is empty; prefill it first")
     tokens_SxC, n_new_S = self._chunk("extend", rows, tokens, self._lengths)
     self.state = engine.extend_jit(
-      self._graphdef,
+      self._static_graph,
       self.params,
       self.state,
       tokens_SxC,
@@ -350,7 +351,7 @@ class Sampler:
     active_S[rows] = True
 
     self.state, out = engine.decode_jit(
-      self._graphdef,
+      self._static_graph,
       self.params,
       self.state,
       key,

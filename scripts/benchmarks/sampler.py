@@ -24,6 +24,13 @@ greedy with no stop ids, so every row emits exactly its budget.
   cache; and the floor, the model's weight matmuls alone (x @ W for every
   projection, chained, nothing else). Each is a jitted 64-step
   `fori_loop`, reported in ms per step and GFLOP/s of weight matmuls.
+* matmul bound per single-turn batch: the weight-matrix FLOPs one
+  `generate` call cannot avoid (every projection for the B x prompt tokens
+  of the prefill, then for B rows at each of the new - 1 decode steps; the
+  unembedding once per row per step) at the best speed this machine does
+  the model's largest product at that many rows (torch or XLA, all cores).
+  No implementation can beat B * new / that time; divided by the HF
+  tokens/s it is the largest speedup over HF this machine allows.
 
 Prints a table and writes JSON (default experiments/benchmarks/sampler.json).
 """
@@ -134,6 +141,8 @@ def single_turn(model, reference, batch, prompt_len, new, repeats, rng):
     lambda: hf_generate(reference, prompts, new), repeats
   )
   two = two_samplers(model, prompts, new, repeats) if batch >= 8 else None
+  bound = matmul_bound(model.config, batch, prompt_len, new, repeats)
+  hf_tokens_per_s = batch * new / hf_warm
   return {
     "batch": batch,
     "prompt_len": prompt_len,
@@ -141,7 +150,7 @@ def single_turn(model, reference, batch, prompt_len, new, repeats, rng):
     "jax_tokens_per_s": batch * new / warm,
     "jax_seconds": warm,
     "jax_compile_seconds": max(first - warm, 0.0),
-    "hf_tokens_per_s": batch * new / hf_warm,
+    "hf_tokens_per_s": hf_tokens_per_s,
     "hf_seconds": hf_warm,
     "speedup": hf_warm / warm,
     "greedy_token_agreement": float(np.mean(tokens == hf_tokens)),
@@ -150,6 +159,11 @@ def single_turn(model, reference, batch, prompt_len, new, repeats, rng):
     "jax_2x_tokens_per_s": two and batch * new / two[0],
     "speedup_2x": two and hf_warm / two[0],
     "jax_2x_same_tokens": two and bool(np.array_equal(two[1], tokens)),
+    # Weight matmuls alone at the best speed measured here (see
+    # `matmul_bound`): no implementation can exceed these.
+    "matmul_bound": bound,
+    "max_speedup_over_hf": bound["tokens_per_s_bound"] / hf_tokens_per_s,
+    "hf_gflops": bound["weight_matmul_gflop"] * hf_tokens_per_s / (batch * new),
     "kv_cache_bytes_per_slot": sampler.cache_bytes_per_slot,
     "kv_cache_bytes_analytic": model.config.kv_cache_bytes_per_slot(
       prompt_len + new
@@ -186,6 +200,70 @@ def two_samplers(model, prompts_BxL, new, repeats):
 
     _, warm, tokens = timed(both, repeats)
   return warm, tokens
+
+
+def matmul_peak_gflops(rows: int, d_in: int, d_out: int, repeats: int):
+  """Best GFLOP/s of a (rows x d_in) @ (d_in x d_out) product on this machine.
+
+  torch (its thread pool) and XLA (16 dependent products in one jitted
+  loop, so none is hoisted), the faster counting: the speed a perfect
+  implementation would get for this shape, every core used.
+  """
+  rng = np.random.default_rng(0)
+  a = rng.standard_normal((rows, d_in), np.float32)
+  b = rng.standard_normal((d_in, d_out), np.float32)
+  chain = 16
+  ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+
+  def run_torch():
+    with torch.inference_mode():
+      for _ in range(chain):
+        torch.mm(ta, tb)
+
+  @jax.jit
+  def run_xla(a, b):
+    body = lambda _, c: c + jnp.matmul(a + c, b)[0, 0] * 1e-9  # noqa: E731
+    return jax.lax.fori_loop(0, chain, body, jnp.float32(0))
+
+  ja, jb = jnp.asarray(a), jnp.asarray(b)
+  seconds = min(
+    timed(run_torch, repeats)[1],
+    timed(lambda: jax.block_until_ready(run_xla(ja, jb)), repeats)[1],
+  )
+  return 2 * rows * d_in * d_out * chain / seconds / 1e9
+
+
+def matmul_bound(config, batch, prompt_len, new, repeats):
+  """A roofline for one `generate` call: its weight matmuls at peak speed.
+
+  Work: every projection for the B x prompt tokens of the prefill and for
+  B rows at each of the new - 1 decode steps, the unembedding once per row
+  per step. Speed: the machine's best measured GFLOP/s for the MLP's
+  product at that many rows (the largest of the model's products, so the
+  most efficient; the others run slower). Attention, norms and sampling
+  are left out, so no implementation, HF's or this sampler, can beat it.
+  """
+  c = config
+  per_token = c.n_layers * (
+    2 * c.d_model * c.n_heads * c.head_dim
+    + 2 * c.d_model * c.n_kv_heads * c.head_dim
+    + 3 * c.d_model * c.mlp_dim
+  )
+  unembed = c.d_model * c.vocab_size
+  prefill = 2 * (batch * prompt_len * per_token + batch * unembed)
+  decode = 2 * batch * (new - 1) * (per_token + unembed)
+  peak_prefill = matmul_peak_gflops(
+    batch * prompt_len, c.d_model, c.mlp_dim, repeats
+  )
+  peak_decode = matmul_peak_gflops(batch, c.d_model, c.mlp_dim, repeats)
+  seconds = prefill / peak_prefill / 1e9 + decode / peak_decode / 1e9
+  return {
+    "weight_matmul_gflop": (prefill + decode) / 1e9,
+    "peak_gflops_prefill": peak_prefill,
+    "peak_gflops_decode": peak_decode,
+    "seconds_bound": seconds,
+    "tokens_per_s_bound": batch * new / seconds,
+  }
 
 
 def multi_turn(model, reference, args, rng):
@@ -406,6 +484,25 @@ def print_tables(report: dict) -> None:
         if r["jax_2x_tokens_per_s"]
         else ""
       )
+    )
+  print(
+    "\nRoofline: weight-matmul GFLOP of one generate call at this machine's"
+    " peak for those shapes"
+  )
+  header = (
+    f"{'batch':>5} {'GFLOP':>6} {'peak GF/s prefill':>17} "
+    f"{'decode':>7} {'bound tok/s':>11} {'max speedup vs HF':>17} "
+    f"{'HF GF/s':>8}"
+  )
+  print(header)
+  print("-" * len(header))
+  for r in report["single_turn"]:
+    m = r["matmul_bound"]
+    print(
+      f"{r['batch']:>5} {m['weight_matmul_gflop']:>6.2f} "
+      f"{m['peak_gflops_prefill']:>17.0f} {m['peak_gflops_decode']:>7.0f} "
+      f"{m['tokens_per_s_bound']:>11.0f} {r['max_speedup_over_hf']:>16.2f}x "
+      f"{r['hf_gflops']:>8.0f}"
     )
   b = report.get("decode_breakdown")
   if b:

@@ -26,3 +26,23 @@ def test_quick_benchmark_writes_json(tmp_path):
   assert report["logit_max_abs_diff"] < 1e-4
   assert report["multi_turn"]["cache_equals_reprefill_tokens"]
   assert report["single_turn"][0]["greedy_token_agreement"] > 0.9
+
+
+def test_matmul_bound_counts_generate_flops_by_hand():
+  spec = importlib.util.spec_from_file_location("bench_sampler", SCRIPT)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  config = module.models.get_preset(module.PRESET)
+  bound = module.matmul_bound(config, batch=1, prompt_len=4, new=3, repeats=1)
+  # qwen3-bench per token: 4 layers x (q,o 256x256; k,v 256x128; 3 MLP
+  # 256x1024) = 3,932,160 weights; unembedding 256 x 1024 = 262,144.
+  prefill = 2 * (4 * 3_932_160 + 262_144)  # unembed the last position only
+  decode = 2 * 2 * (3_932_160 + 262_144)  # 2 decode steps
+  assert bound["weight_matmul_gflop"] * 1e9 == pytest.approx(prefill + decode)
+  seconds = (
+    prefill / bound["peak_gflops_prefill"]
+    + decode / bound["peak_gflops_decode"]
+  ) / 1e9
+  assert bound["seconds_bound"] == pytest.approx(seconds)
+  assert bound["tokens_per_s_bound"] == pytest.approx(3 / seconds)
+  assert 0 < bound["peak_gflops_decode"] < 1e5

@@ -1,5 +1,7 @@
 """Sampler: train/inference consistency, stops, cache limits, compiles."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -256,6 +258,26 @@ def test_steady_state_multi_turn_does_not_recompile(model):
       sampler, rng, jax.random.key(episode + 1), 0.7, stop_ids=[3, 9]
     )
   assert sampler.num_compilations() == warm
+
+
+def test_samplers_of_equal_models_share_executables(model):
+  """The graphdef is a static jit argument hashed once per sampler
+  (`engine.StaticGraph`); a second sampler over an equal model, in its own
+  wrapper, must hit the same compiled functions, and a different model must
+  not."""
+  rng = np.random.default_rng(5)
+  run_episode(make_sampler(model), rng, jax.random.key(0), 1.0, stop_ids=[3])
+  warm = Sampler.num_compilations()
+  twin = models.build(model.config, 1)  # same structure, new weights
+  other = make_sampler(twin)
+  assert other._static_graph is not make_sampler(model)._static_graph
+  run_episode(other, rng, jax.random.key(0), 1.0, stop_ids=[3])
+  assert Sampler.num_compilations() == warm
+  wider = models.build(
+    dataclasses.replace(model.config, mlp_dim=2 * model.config.mlp_dim), 0
+  )
+  run_episode(make_sampler(wider), rng, jax.random.key(0), 1.0, stop_ids=[3])
+  assert Sampler.num_compilations() > warm
 
 
 def test_kv_cache_bytes_per_slot(model):
