@@ -29,8 +29,9 @@ greedy with no stop ids, so every row emits exactly its budget.
   of the prefill, then for B rows at each of the new - 1 decode steps; the
   unembedding once per row per step) at the best speed this machine does
   the model's largest product at that many rows (torch or XLA, all cores).
-  No implementation can beat B * new / that time; divided by the HF
-  tokens/s it is the largest speedup over HF this machine allows.
+  No implementation built on these libraries can beat B * new / that
+  time; divided by the HF tokens/s it is the largest speedup over HF this
+  machine allows them.
 
 Prints a table and writes JSON (default experiments/benchmarks/sampler.json).
 """
@@ -240,8 +241,10 @@ def matmul_bound(config, batch, prompt_len, new, repeats):
   B rows at each of the new - 1 decode steps, the unembedding once per row
   per step. Speed: the machine's best measured GFLOP/s for the MLP's
   product at that many rows (the largest of the model's products, so the
-  most efficient; the others run slower). Attention, norms and sampling
-  are left out, so no implementation, HF's or this sampler, can beat it.
+  most efficient; the others run slower), measured with its weights hot
+  in cache, which a real decode step, streaming every layer's weights, is
+  not. Attention, norms and sampling are left out, so no implementation
+  built on these matmul libraries, HF's or this sampler, can beat it.
   """
   c = config
   per_token = c.n_layers * (
