@@ -41,6 +41,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # A search that retrieves a gold passage for the first time reports
   # `progress`: the PRM evidence, with well-formed turns.
   c.rewards.process.signals = ("valid_action", "env:progress")
+  # The same `progress` also enters the return as a verifier component, at
+  # the default weight 1; spelled out so that a flag can turn the retrieval
+  # shaping off: --config.rewards.verifier.weights.progress=0
+  # (configs/ablations/search_qa_shaping.py).
+  c.rewards.verifier.weights.progress = 1.0
   if smoke:
     c.rollout.max_turns = 3
     c.length_buckets = (256, 512)
