@@ -10,7 +10,8 @@ import textwrap
 import ml_collections
 import pytest
 
-from agentic_rl import sweeps
+from agentic_rl import rewards, sweeps
+from agentic_rl.train import loop
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 ABLATION = "configs/ablations/credit_assignment.py"
@@ -120,6 +121,31 @@ def test_runs_of_one_seed_differ_only_in_the_estimator(env):
   assert configs[0]["seed"] == 1
   assert len({r.overrides for r in runs}) == 1  # same sweep overrides
   assert len({r.init_from_run for r in runs}) == 1  # same SFT stage
+
+
+def test_shaping_sweep_pairs_with_the_credit_assignment_search_qa_arm():
+  shaping = sweeps.expand(
+    sweeps.load_config("configs/ablations/search_qa_shaping.py").sweep
+  )
+  ca = {r.name: r for r in sweeps.expand(sweeps.load_config(ABLATION).sweep)}
+  assert len(shaping) == 3 + 2 * 3
+  for r in shaping:
+    partner = ca[r.name]  # same env/estimator/seed (or SFT stage) name
+    assert (r.config_file, r.config_arg) == (
+      partner.config_file,
+      partner.config_arg,
+    )
+    assert r.init_from_run == partner.init_from_run
+    ours, theirs = dict(r.overrides), dict(partner.overrides)
+    assert ours.pop("rewards.verifier.weights.progress") == "0.0"
+    assert ours == theirs  # the shaping weight is the only difference
+  # An SFT stage's identity leaves the reward config out, so the
+  # credit-assignment stages can be linked in and warm-started from.
+  assert not any(f.startswith("rewards") for f in loop._WARM_START_FIELDS)
+  qa = sweeps.load_config("configs/search_qa.py:grpo")
+  assert rewards.from_config(qa.rewards).verifier_weights["progress"] == 1.0
+  qa.rewards.verifier.weights.progress = 0.0  # what the sweep's flag sets
+  assert rewards.from_config(qa.rewards).verifier_weights["progress"] == 0.0
 
 
 def test_env_configs():
