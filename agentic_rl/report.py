@@ -846,3 +846,85 @@ def write_report(
   )
   (outdir / "README.md").write_text(readme)
   return summary
+
+
+# ---------------------------------------------------------------------------
+# Two conditions, run for run: the same sweep grid under a changed setting.
+
+
+def final_eval(run_dir: str | os.PathLike, metric: str) -> float:
+  """`metric` (e.g. "eval/success_rate") at a run's last RL evaluation."""
+  wd = pathlib.Path(run_dir)
+  _read_json(wd / "summary.json")  # finished runs only
+  rows = rl_rows(read_metrics(wd / "logs" / "metrics.jsonl"))
+  found = [r[metric] for r in rows if metric in r]
+  if not found:
+    raise ReportError(f"{wd}: no RL row logs {metric!r}")
+  return float(found[-1])
+
+
+def compare_conditions(
+  root_a: str | os.PathLike,
+  root_b: str | os.PathLike,
+  env: str,
+  estimators: Sequence[str],
+  metrics: Sequence[str],
+) -> list[dict[str, Any]]:
+  """Per estimator and metric: final values by seed under A and B, and the
+  paired difference B - A over the seeds finished under both.
+
+  Runs are `<root>/<env>/<estimator>/seed<seed>` as a sweep lays them out,
+  so two sweeps that differ in one setting (same seeds, same SFT stages)
+  pair run for run.
+  """
+
+  def finished_seeds(root, est) -> dict[int, pathlib.Path]:
+    base = pathlib.Path(root) / env / est
+    return {
+      int(d.name[4:]): d
+      for d in base.glob("seed*")
+      if d.name[4:].isdigit() and (d / "summary.json").is_file()
+    }
+
+  out = []
+  for est in estimators:
+    a, b = finished_seeds(root_a, est), finished_seeds(root_b, est)
+    shared = sorted(set(a) & set(b))
+    if not shared:
+      raise ReportError(
+        f"{env}/{est}: no seed finished under both {root_a} and {root_b}"
+      )
+    for metric in metrics:
+      va = {s: final_eval(a[s], metric) for s in shared}
+      vb = {s: final_eval(b[s], metric) for s in shared}
+      out.append(
+        {
+          "estimator": est,
+          "metric": metric,
+          "a": va,
+          "b": vb,
+          "b_minus_a": paired_difference(vb, va).to_dict(),
+        }
+      )
+  return out
+
+
+def comparison_table(
+  rows: Sequence[Mapping[str, Any]], label_a: str, label_b: str
+) -> str:
+  """Markdown table of `compare_conditions` rows (values in percent)."""
+  lines = [
+    f"| estimator | metric | {label_a} (by seed, %) | {label_b} (%) "
+    f"| paired {label_b} − {label_a} |",
+    "|---|---|---|---|---|",
+  ]
+  for r in rows:
+    cells = [
+      " / ".join(f"{100 * v[s]:.1f}" for s in sorted(v))
+      for v in (r["a"], r["b"])
+    ]
+    lines.append(
+      f"| {r['estimator']} | `{r['metric']}` | {cells[0]} | {cells[1]} "
+      f"| {_ci(r['b_minus_a'])} |"
+    )
+  return "\n".join(lines)

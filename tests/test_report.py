@@ -290,3 +290,34 @@ def test_literature_note_names_agreeing_and_unresolved_envs():
   assert report._literature_note(summary).endswith(
     "neither confirm nor contradict it."
   )
+
+
+def test_compare_conditions_pairs_runs_by_seed(tmp_path):
+  # Condition A and B for one estimator; the final evaluation is RL step 2.
+  finals = {"a": {0: 0.25, 1: 0.5, 2: 0.5}, "b": {0: 0.5, 1: 0.5, 3: 0.9}}
+  for cond, by_seed in finals.items():
+    for seed, final in by_seed.items():
+      _write_run(
+        tmp_path / cond,
+        f"qa/grpo/seed{seed}",
+        [(0, 0.0, 0.0), (1, 0.1, 0.0), (2, final, 0.0)],
+      )
+  (row,) = report.compare_conditions(
+    tmp_path / "a", tmp_path / "b", "qa", ["grpo"], ["eval/success_rate"]
+  )
+  # Seeds 0 and 1 finished under both: differences 0.25 and 0.0.
+  assert row["a"] == {0: 0.25, 1: 0.5} and row["b"] == {0: 0.5, 1: 0.5}
+  half = 12.706204736174707 * (0.25 / math.sqrt(2)) / math.sqrt(2)
+  d = row["b_minus_a"]
+  assert d["n"] == 2 and d["mean"] == pytest.approx(0.125)
+  assert (d["lo"], d["hi"]) == pytest.approx((0.125 - half, 0.125 + half))
+  table = report.comparison_table([row], "on", "off")
+  assert "| grpo | `eval/success_rate` | 25.0 / 50.0 | 50.0 / 50.0 |" in table
+  with pytest.raises(report.ReportError, match="no RL row logs"):
+    report.compare_conditions(
+      tmp_path / "a", tmp_path / "b", "qa", ["grpo"], ["eval/nope"]
+    )
+  with pytest.raises(report.ReportError, match="no seed finished under both"):
+    report.compare_conditions(
+      tmp_path / "a", tmp_path / "b", "qa", ["gigpo"], ["eval/success_rate"]
+    )
