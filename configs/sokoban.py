@@ -20,6 +20,10 @@ from agentic_rl import rewards
 
 ESTIMATORS = {
   "grpo": {"name": "grpo"},
+  # GRPO ranking episodes by their summed per-turn rewards (step cost, box
+  # rewards, solve bonus, failure penalties) instead of solved-or-not: the
+  # turn-level estimators' reward without their per-turn credit.
+  "grpo_return": {"name": "grpo", "score": "return"},
   "dr_grpo": {"name": "dr_grpo"},
   "rloo": {"name": "rloo"},
   "reinforce_pp": {"name": "reinforce_pp"},

@@ -148,6 +148,25 @@ def test_shaping_sweep_pairs_with_the_credit_assignment_search_qa_arm():
   assert rewards.from_config(qa.rewards).verifier_weights["progress"] == 0.0
 
 
+def test_reward_input_sweep_pairs_with_the_sokoban_arm():
+  runs = sweeps.expand(
+    sweeps.load_config("configs/ablations/sokoban_reward_input.py").sweep
+  )
+  ca = {r.name: r for r in sweeps.expand(sweeps.load_config(ABLATION).sweep)}
+  assert len(runs) == 3 + 3 * 3
+  for r in runs:
+    if r.estimator == "grpo_return":
+      partner = ca[r.name.replace("grpo_return", "grpo")]
+      assert r.config_arg == "grpo_return" and partner.config_arg == "grpo"
+    else:  # the same command as the credit-assignment run of that name
+      partner = ca[r.name]
+      assert r.config_arg == partner.config_arg
+    assert r.overrides == partner.overrides
+    assert r.init_from_run == partner.init_from_run
+  est = sweeps.load_config("configs/sokoban.py:grpo_return").estimator
+  assert est.to_dict() == {"name": "grpo", "score": "return"}
+
+
 def test_env_configs():
   lake = sweeps.load_config("configs/frozenlake.py:gigpo,smoke")
   assert lake.env.name == "frozenlake" and lake.env.options.slippery

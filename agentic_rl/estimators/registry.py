@@ -72,10 +72,31 @@ def _traj_mask(batch: TrajectoryBatch) -> jax.Array:
   return (batch.turn_mask_BxT.sum(axis=1) > 0).astype("float32")
 
 
+SCORES = ("outcome", "return")
+
+
+def _score_B(batch: TrajectoryBatch, score: str) -> jax.Array:
+  """What an episode-level estimator ranks the group by.
+
+  "outcome": the reward stack's verdict (`Trajectory.outcome`, e.g. solved
+  or not). "return": the sum of the episode's per-turn rewards, the signal
+  the per-turn estimators see (shaping and failure penalties included), so
+  an ablation can give GRPO the turn-level estimators' reward without their
+  per-turn credit.
+  """
+  if score == "outcome":
+    return batch.outcome_B
+  if score == "return":
+    return (batch.turn_reward_BxT * batch.turn_mask_BxT).sum(axis=1)
+  raise ValueError(f"estimator score {score!r}: expected one of {SCORES}")
+
+
 @register("grpo")
-def _grpo(batch, *, normalize_std=True, eps=1e-6, singleton="raw"):
+def _grpo(
+  batch, *, normalize_std=True, eps=1e-6, singleton="raw", score="outcome"
+):
   adv_B = outcome.grpo(
-    batch.outcome_B,
+    _score_B(batch, score),
     batch.group_id_B,
     normalize_std=normalize_std,
     eps=eps,
@@ -86,14 +107,16 @@ def _grpo(batch, *, normalize_std=True, eps=1e-6, singleton="raw"):
 
 
 @register("dr_grpo")
-def _dr_grpo(batch, *, eps=1e-6, singleton="raw"):
-  return _grpo(batch, normalize_std=False, eps=eps, singleton=singleton)
+def _dr_grpo(batch, *, eps=1e-6, singleton="raw", score="outcome"):
+  return _grpo(
+    batch, normalize_std=False, eps=eps, singleton=singleton, score=score
+  )
 
 
 @register("rloo")
-def _rloo(batch, *, singleton="zero"):
+def _rloo(batch, *, singleton="zero", score="outcome"):
   adv_B = outcome.rloo(
-    batch.outcome_B,
+    _score_B(batch, score),
     batch.group_id_B,
     singleton=singleton,
     traj_mask_B=_traj_mask(batch),
@@ -102,9 +125,12 @@ def _rloo(batch, *, singleton="zero"):
 
 
 @register("reinforce_pp")
-def _reinforce_pp(batch, *, eps=1e-6):
+def _reinforce_pp(batch, *, eps=1e-6, score="outcome"):
   adv_B = outcome.reinforce_pp_baseline(
-    batch.outcome_B, batch.group_id_B, eps=eps, traj_mask_B=_traj_mask(batch)
+    _score_B(batch, score),
+    batch.group_id_B,
+    eps=eps,
+    traj_mask_B=_traj_mask(batch),
   )
   return _per_turn(adv_B, batch)
 

@@ -510,3 +510,37 @@ def test_registry_and_config_select_by_name():
   np.testing.assert_allclose(adv, 3.0 * batch.turn_reward_BxT)
   with pytest.raises(ValueError, match="already registered"):
     E.register("test_double_reward")(double)
+
+
+def test_outcome_estimators_can_rank_by_return():
+  """score="return" feeds GRPO-family estimators the summed turn rewards
+  (shaping and penalties) instead of the 0/1 outcome."""
+
+  def traj(rewards, outcome):
+    turns = [
+      Turn(obs_tokens=[1], action_tokens=[3], action_logp=[-0.5], reward=r)
+      for r in rewards
+    ]
+    return Trajectory(
+      task=Task(id="t", family="f"), group_id=0, turns=turns, outcome=outcome
+    )
+
+  # Solved in 2 turns (return 0.9) vs failed in 3 (return -0.3).
+  batch = packing.pack(
+    [traj([-0.1, 1.0], 1.0), traj([-0.1, -0.1, -0.1], 0.0)], batch_size=2
+  )
+  mask = np.asarray(batch.turn_mask_BxT)
+  by_outcome = np.asarray(E.from_config({"name": "dr_grpo"})(batch))
+  by_return = np.asarray(
+    E.from_config({"name": "dr_grpo", "score": "return"})(batch)
+  )
+  # Dr.GRPO = score minus the group mean, on every real turn.
+  np.testing.assert_allclose(by_outcome, np.array([[0.5], [-0.5]]) * mask)
+  np.testing.assert_allclose(
+    by_return, np.array([[0.6], [-0.6]]) * mask, atol=1e-6
+  )
+  for name in ("grpo", "rloo", "reinforce_pp"):
+    got = E.from_config({"name": name, "score": "return"})(batch)
+    assert np.all(np.sign(np.asarray(got)[:, 0]) == [1, -1]), name
+  with pytest.raises(ValueError, match="score 'returns'"):
+    E.from_config({"name": "grpo", "score": "returns"})(batch)

@@ -1,0 +1,54 @@
+"""Sokoban: is GiGPO's lead over GRPO per-turn credit, or its reward?
+
+  python scripts/sweep.py --config=configs/ablations/sokoban_reward_input.py \
+      --root=experiments/sokoban_reward_input/runs --workers=2
+
+Question: in the credit-assignment sweep, GiGPO ended 5-13 points above
+GRPO on every Sokoban seed. The two differ twice: GiGPO gives each turn its
+own credit, and it ranks by the per-turn rewards (step cost -0.1, box
+±1, solve +10, failure penalties) where GRPO ranks by solved-or-not.
+`grpo_return` is GRPO ranking whole episodes by their summed per-turn
+rewards: GiGPO's reward without its per-turn credit. Where it lands between
+GRPO and GiGPO splits the lead between the two causes.
+
+The grid is the credit-assignment sweep's Sokoban arm (same size, seeds,
+SFT stages, task order) for grpo, grpo_return and gigpo; the grpo and
+gigpo runs of that sweep can be linked in instead of run again:
+ln -s ../../../credit_assignment/runs/sokoban/{grpo,gigpo} <root>/sokoban/.
+
+`arg`: empty, or `smoke` (smoke-size runs, one seed).
+Expected: see experiments/sokoban_reward_input/README.md.
+"""
+
+import ml_collections
+
+from configs import sokoban
+from configs.ablations import credit_assignment
+
+ESTIMATORS = ("grpo", "grpo_return", "gigpo")
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  parts = [p for p in (arg or "").split(",") if p]
+  if any(p != "smoke" for p in parts):
+    raise ValueError(f"config arg {arg!r}: expected '' or 'smoke'")
+  smoke = "smoke" in parts
+  c = sokoban.get_config("grpo,smoke" if smoke else "grpo")
+  ca = credit_assignment.get_config().sweep
+  c.sweep = ml_collections.ConfigDict(
+    {
+      "name": "sokoban_reward_input",
+      "envs": {"sokoban": credit_assignment.ENVS["sokoban"]},
+      "estimators": ESTIMATORS,
+      "seeds": credit_assignment.SEEDS,
+      "smoke": smoke,
+      "baseline": "grpo",
+      "overrides": ca.overrides.to_dict(),
+      "shared_sft": True,
+      "checks": (),
+    }
+  )
+  if smoke:
+    c.sweep.seeds = (0,)
+    c.sweep.overrides = {}
+  return c
