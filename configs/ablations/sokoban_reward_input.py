@@ -12,9 +12,10 @@ rewards: GiGPO's reward without its per-turn credit. Where it lands between
 GRPO and GiGPO splits the lead between the two causes.
 
 The grid is the credit-assignment sweep's Sokoban arm (same size, seeds,
-SFT stages, task order) for grpo, grpo_return and gigpo; the grpo and
-gigpo runs of that sweep can be linked in instead of run again:
-ln -s ../../../credit_assignment/runs/sokoban/{grpo,gigpo} <root>/sokoban/.
+SFT stages, task order) for grpo, grpo_return and gigpo. All three arms
+are run here, SFT stages included, rather than linking in that sweep's
+grpo and gigpo runs: those ran on older code, and a numerically
+equivalent code change alone moved their final success by up to 6 points.
 
 `arg`: empty, or `smoke` (smoke-size runs, one seed).
 Expected: see experiments/sokoban_reward_input/README.md.
