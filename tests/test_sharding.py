@@ -160,7 +160,7 @@ def test_sampler_same_on_every_mesh(model, reference_episode, shape):
   ):
     np.testing.assert_array_equal(tokens, ref_tokens)
     np.testing.assert_allclose(logp, ref_logp, atol=1e-5)
-  k = sampler.state.cache.k[0]
+  k = sampler.state.cache.k[0][0]
   if shape[0] * shape[1] > 1:
     assert k.addressable_shards[0].data.shape[0] < BATCH
   if shape[2] > 1:

@@ -50,7 +50,9 @@ sharding off); `agentic_rl.sharding` maps them onto a mesh.
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Sequence
 
 import flax.struct
 import jax
@@ -63,34 +65,49 @@ from agentic_rl.models.config import ModelConfig, RopeScaling
 _F32 = jnp.float32
 
 
+# Cache positions per block (`init_cache`); the sampler's default span
+# buckets are multiples of it.
+CACHE_BLOCK = 128
+
+
 @flax.struct.dataclass
 class KVCache:
-  """Per-layer key/value caches, one tuple entry per layer.
+  """Per-layer key/value caches, each a tuple of blocks of positions.
 
-  `v[i]` has shape SxKxLxDh (slots, kv heads, cache length, head_dim) and
-  `k[i]` the transposed SxKxDhxL. With (slot, kv head) leading, both
-  attention matmuls over the cache are batched GEMMs that read it in place:
-  scores contract Dh, the row dimension of a DhxL key block, and the
-  weighted sum contracts L, the row dimension of an LxDh value block. (Keys
-  stored LxDh made XLA:CPU transpose them at every decode step, which cost
-  about as much as the model's weight matmuls.) The cache holds no lengths:
-  the caller tracks how many positions of each row are valid.
+  `v[i][j]` has shape SxKxBjxDh (slots, kv heads, the Bj positions of block
+  j, head_dim) and `k[i][j]` the transposed SxKxDhxBj; block j holds
+  positions sum(B_0..B_j-1) onward. With (slot, kv head) leading, both
+  attention matmuls over a block are batched GEMMs that read it in place:
+  scores contract Dh, the row dimension of a DhxB key block, and the
+  weighted sum contracts B, the row dimension of a BxDh value block. (Keys
+  stored BxDh made XLA:CPU transpose them at every decode step, which cost
+  about as much as the model's weight matmuls.)
+
+  Blocks let attention read a prefix of the cache (`span`) without copying
+  it: slicing the first 128 positions out of one long array materialised
+  the slice at every decode step, a third of the step at batch 8; a
+  prefix of whole blocks is just the first few arrays. The cache holds no
+  lengths: the caller tracks how many positions of each row are valid.
   """
 
-  k: tuple[jax.Array, ...]
-  v: tuple[jax.Array, ...]
+  k: tuple[tuple[jax.Array, ...], ...]
+  v: tuple[tuple[jax.Array, ...], ...]
 
   @property
   def num_slots(self) -> int:
-    return self.v[0].shape[0]
+    return self.v[0][0].shape[0]
+
+  @property
+  def block_lens(self) -> tuple[int, ...]:
+    return tuple(block.shape[2] for block in self.v[0])
 
   @property
   def max_len(self) -> int:
-    return self.v[0].shape[2]
+    return sum(self.block_lens)
 
   @property
   def nbytes(self) -> int:
-    return sum(x.nbytes for x in self.k) + sum(x.nbytes for x in self.v)
+    return sum(x.nbytes for x in jax.tree.leaves((self.k, self.v)))
 
 
 K_CACHE_AXES = (shd.BATCH, shd.KV_HEADS, shd.HEAD_DIM, shd.LENGTH)
@@ -98,21 +115,42 @@ V_CACHE_AXES = (shd.BATCH, shd.KV_HEADS, shd.LENGTH, shd.HEAD_DIM)
 
 
 def map_cache(fn, cache: KVCache) -> KVCache:
-  """`fn(array, logical_axes)` applied to every key and value cache."""
+  """`fn(array, logical_axes)` applied to every key and value block."""
   return KVCache(
-    k=tuple(fn(x, K_CACHE_AXES) for x in cache.k),
-    v=tuple(fn(x, V_CACHE_AXES) for x in cache.v),
+    k=tuple(tuple(fn(x, K_CACHE_AXES) for x in layer) for layer in cache.k),
+    v=tuple(tuple(fn(x, V_CACHE_AXES) for x in layer) for layer in cache.v),
   )
 
 
-def init_cache(config: ModelConfig, num_slots: int, max_len: int) -> KVCache:
+def cache_block_lens(max_len: int, block_len: int) -> tuple[int, ...]:
+  """Blocks of `block_len` positions covering `max_len`, the last ragged."""
+  if max_len <= 0 or block_len <= 0:
+    raise ValueError(
+      f"cache max_len ({max_len}) and block_len ({block_len}) must be positive"
+    )
+  full, rest = divmod(max_len, block_len)
+  return (block_len,) * full + ((rest,) if rest else ())
+
+
+def init_cache(
+  config: ModelConfig,
+  num_slots: int,
+  max_len: int,
+  block_len: int = CACHE_BLOCK,
+) -> KVCache:
   """Zero KV cache for `num_slots` rows of `max_len` positions."""
-  v_shape = (num_slots, config.n_kv_heads, max_len, config.head_dim)
-  k_shape = (num_slots, config.n_kv_heads, config.head_dim, max_len)
+  lens = cache_block_lens(max_len, block_len)
+  s, kv, dh = num_slots, config.n_kv_heads, config.head_dim
   zeros = lambda shape: jnp.zeros(shape, config.compute_dtype)
   return KVCache(
-    k=tuple(zeros(k_shape) for _ in range(config.n_layers)),
-    v=tuple(zeros(v_shape) for _ in range(config.n_layers)),
+    k=tuple(
+      tuple(zeros((s, kv, dh, b)) for b in lens)
+      for _ in range(config.n_layers)
+    ),
+    v=tuple(
+      tuple(zeros((s, kv, b, dh)) for b in lens)
+      for _ in range(config.n_layers)
+    ),
   )
 
 
@@ -261,6 +299,65 @@ def attend(
   return out_BxKxCxGxDh.transpose(0, 2, 1, 3, 4).reshape(b, c, h, dh)
 
 
+def attend_cache(
+  q_BxCxHxDh: jax.Array,
+  k_blocks: Sequence[jax.Array],
+  v_blocks: Sequence[jax.Array],
+  positions_BxC: jax.Array,
+) -> jax.Array:
+  """`attend` over a blocked KV cache: query at position p sees keys <= p.
+
+  `k_blocks[j]` is BxKxDhxBj (keys transposed, as `KVCache` stores them)
+  and `v_blocks[j]` BxKxBjxDh; block j holds the positions after blocks
+  0..j-1. The softmax runs over all blocks at once without joining them:
+  the scores' maximum over every block comes first, then each block's
+  exp(score - max) weighs its values, and the sum is divided by the total
+  weight. That is softmax attention over the concatenated cache up to float
+  summation order, and reads each block in place.
+  """
+  if len(k_blocks) == 1:  # one block: plain softmax attention
+    n = v_blocks[0].shape[2]
+    mask_BxCxN = jnp.arange(n)[None, None, :] <= positions_BxC[..., None]
+    return attend(
+      q_BxCxHxDh, k_blocks[0], v_blocks[0], mask_BxCxN, keys_transposed=True
+    )
+  b, c, h, dh = q_BxCxHxDh.shape
+  k = v_blocks[0].shape[1]
+  q_BxKxCxGxDh = q_BxCxHxDh.reshape(b, c, k, h // k, dh).transpose(
+    0, 2, 1, 3, 4
+  )
+  query_pos_Bx1xCx1x1 = positions_BxC[:, None, :, None, None]
+  scores, start = [], 0
+  for k_block in k_blocks:
+    n = k_block.shape[-1]
+    scores_BxKxCxGxN = jnp.einsum(
+      "bkcgd,bkdn->bkcgn",
+      q_BxKxCxGxDh,
+      k_block.astype(q_BxCxHxDh.dtype),
+      preferred_element_type=_F32,
+    ) * (dh**-0.5)
+    visible = jnp.arange(start, start + n) <= query_pos_Bx1xCx1x1
+    # A finite floor, not -inf: a fully masked row (padding) stays NaN-free.
+    scores.append(jnp.where(visible, scores_BxKxCxGxN, jnp.finfo(_F32).min))
+    start += n
+  max_BxKxCxGx1 = functools.reduce(
+    jnp.maximum, [x.max(axis=-1, keepdims=True) for x in scores]
+  )
+  total_BxKxCxGx1 = 0.0
+  out_BxKxCxGxDh = 0.0
+  for scores_BxKxCxGxN, v_block in zip(scores, v_blocks, strict=True):
+    weights = jnp.exp(scores_BxKxCxGxN - max_BxKxCxGx1)
+    total_BxKxCxGx1 = total_BxKxCxGx1 + weights.sum(axis=-1, keepdims=True)
+    out_BxKxCxGxDh = out_BxKxCxGxDh + jnp.einsum(
+      "bkcgn,bknd->bkcgd",
+      weights.astype(q_BxCxHxDh.dtype),
+      v_block.astype(q_BxCxHxDh.dtype),
+      preferred_element_type=_F32,
+    )
+  out_BxKxCxGxDh = (out_BxKxCxGxDh / total_BxKxCxGx1).astype(q_BxCxHxDh.dtype)
+  return out_BxKxCxGxDh.transpose(0, 2, 1, 3, 4).reshape(b, c, h, dh)
+
+
 # Query block of `causal_attend`: on a CPU, 64-row blocks ran the attention
 # of a training step (B=32, L=512..1024, tiny preset) about 2x faster than
 # the full LxL form, forward and backward (experiments/benchmarks).
@@ -366,47 +463,53 @@ class Attention(nnx.Module):
     x_BxCxD: jax.Array,
     positions_BxC: jax.Array,
     write_BxC: jax.Array,
-    k_cache_BxKxDhxL: jax.Array,
-    v_cache_BxKxLxDh: jax.Array,
+    k_blocks: Sequence[jax.Array],
+    v_blocks: Sequence[jax.Array],
     span: int | None = None,
-  ) -> tuple[jax.Array, jax.Array, jax.Array]:
+  ) -> tuple[jax.Array, tuple[jax.Array, ...], tuple[jax.Array, ...]]:
     """Writes new keys/values at their positions, then attends the cache.
 
-    With `span` (static), only cache positions < span are read: the caller
-    promises every query position is below it. Decode cost then follows the
-    longest live row, not the cache size.
+    `k_blocks`, `v_blocks`: one layer's cache blocks (see `KVCache`). With
+    `span` (static), only the blocks that start below it are written and
+    read: the caller promises every position it writes or queries is below
+    it. Decode cost then follows the longest live row, not the cache size.
     """
     q, k, v = self.project(x_BxCxD, positions_BxC)
-    max_len = v_cache_BxKxLxDh.shape[2]
-    # Tokens that must not be written go to index max_len, which
-    # `mode="drop"` discards: no write can land out of bounds.
-    write_pos_BxC = jnp.where(write_BxC, positions_BxC, max_len)
+    k_new_BxKxCxDh = head_major(k)
+    v_new_BxKxCxDh = head_major(v)
     rows_Bx1x1 = jnp.arange(x_BxCxD.shape[0])[:, None, None]
     heads_1xKx1 = jnp.arange(k.shape[2])[None, :, None]
-    pos_Bx1xC = write_pos_BxC[:, None, :]
-    # Keys are stored transposed (SxKxDhxL): the indexed dims (row, head,
-    # position) come first in the update, then Dh, as for the values.
-    k_cache = k_cache_BxKxDhxL.at[rows_Bx1x1, heads_1xKx1, :, pos_Bx1xC].set(
-      head_major(k).astype(k_cache_BxKxDhxL.dtype), mode="drop"
-    )
-    v_cache = v_cache_BxKxLxDh.at[rows_Bx1x1, heads_1xKx1, pos_Bx1xC].set(
-      head_major(v).astype(v_cache_BxKxLxDh.dtype), mode="drop"
-    )
-    k_cache = shd.constrain(k_cache, K_CACHE_AXES)
-    v_cache = shd.constrain(v_cache, V_CACHE_AXES)
+    max_len = sum(block.shape[2] for block in v_blocks)
+    span = max_len if span is None else min(span, max_len)
+    k_blocks, v_blocks = list(k_blocks), list(v_blocks)
+    start, read = 0, 0
+    for j, v_block in enumerate(v_blocks):
+      n = v_block.shape[2]
+      if start >= span:  # beyond the span: neither written nor read
+        break
+      # Tokens that are not written, or belong to another block, go to
+      # index n, which `mode="drop"` discards: no write lands elsewhere.
+      local_BxC = positions_BxC - start
+      inside_BxC = write_BxC & (local_BxC >= 0) & (local_BxC < n)
+      pos_Bx1xC = jnp.where(inside_BxC, local_BxC, n)[:, None, :]
+      # Keys are stored transposed (SxKxDhxB): the indexed dims (row,
+      # head, position) come first in the update, then Dh, as for values.
+      k_block = k_blocks[j].at[rows_Bx1x1, heads_1xKx1, :, pos_Bx1xC].set(
+        k_new_BxKxCxDh.astype(k_blocks[j].dtype), mode="drop"
+      )
+      v_block = v_block.at[rows_Bx1x1, heads_1xKx1, pos_Bx1xC].set(
+        v_new_BxKxCxDh.astype(v_block.dtype), mode="drop"
+      )
+      k_blocks[j] = shd.constrain(k_block, K_CACHE_AXES)
+      v_blocks[j] = shd.constrain(v_block, V_CACHE_AXES)
+      start += n
+      read = j + 1
     # Every position <= the query's own has been written (earlier turns or
     # this chunk); later entries may be stale and are masked out.
-    span = max_len if span is None else min(span, max_len)
-    mask_BxCxL = jnp.arange(span)[None, None, :] <= positions_BxC[..., None]
     out = self.o_proj(
-      attend(
-        q,
-        k_cache[..., :span],
-        v_cache[:, :, :span],
-        mask_BxCxL,
-        keys_transposed=True,
-      )
+      attend_cache(q, k_blocks[:read], v_blocks[:read], positions_BxC)
     )
+    k_cache, v_cache = tuple(k_blocks), tuple(v_blocks)
     return out, k_cache, v_cache
 
 

@@ -2,7 +2,7 @@
 
 State (`SamplerState`) for S slots and a cache of L positions:
 
-  cache          per-layer k, v of shape SxKxLxDh (`models.KVCache`)
+  cache          per-layer k, v in blocks of positions (`models.KVCache`)
   lengths_S      tokens held by each row; also the next write position
   last_logits_SxV  logits after each row's last token (what decode samples
                    from next); meaningless for rows with length 0

@@ -43,7 +43,12 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from agentic_rl import sharding as shd
-from agentic_rl.models.transformer import Transformer, init_cache, map_cache
+from agentic_rl.models.transformer import (
+  CACHE_BLOCK,
+  Transformer,
+  init_cache,
+  map_cache,
+)
 from agentic_rl.sampling import engine
 from agentic_rl.sampling.engine import SamplerState, StopReason
 
@@ -95,9 +100,12 @@ class Sampler:
     budget_buckets: padded widths of decode outputs; a decode with budget b
       runs a loop compiled for the smallest bucket >= b.
     span_buckets: how much of the cache attention reads. Each call reads
-      positions below the smallest bucket covering every row it touches
-      (default: powers of two from 128, then max_len), so short contexts in
-      a long cache do not pay for the whole cache.
+      the cache blocks that start below the smallest bucket covering every
+      row it touches (default: powers of two from `cache_block`, then
+      max_len), so short contexts in a long cache do not pay for the whole
+      cache.
+    cache_block: positions per KV-cache block (`models.KVCache`); a span
+      reads whole blocks, so spans are best multiples of it.
     max_stop_ids: width of the per-row stop-id table.
     mesh, rules: optional sharding (see `agentic_rl.sharding`).
   """
@@ -112,13 +120,14 @@ class Sampler:
     budget_buckets: Sequence[int] | None = None,
     span_buckets: Sequence[int] | None = None,
     max_stop_ids: int = 8,
+    cache_block: int = CACHE_BLOCK,
     mesh: Mesh | None = None,
     rules: shd.Rules = shd.DEFAULT_SAMPLE_RULES,
   ):
-    if num_slots <= 0 or max_len <= 0 or max_stop_ids <= 0:
+    if min(num_slots, max_len, max_stop_ids, cache_block) <= 0:
       raise ValueError(
-        f"num_slots ({num_slots}), max_len ({max_len}) and max_stop_ids "
-        f"({max_stop_ids}) must be positive"
+        f"num_slots ({num_slots}), max_len ({max_len}), max_stop_ids "
+        f"({max_stop_ids}) and cache_block ({cache_block}) must be positive"
       )
     self.config = model.config
     self.num_slots = num_slots
@@ -130,11 +139,14 @@ class Sampler:
       sorted(budget_buckets or default_buckets(max_len, smallest=1))
     )
     self.span_buckets = tuple(
-      sorted(span_buckets or default_buckets(max_len, min(128, max_len)))
+      sorted(
+        span_buckets or default_buckets(max_len, min(cache_block, max_len))
+      )
     )
     if self.span_buckets[-1] < max_len:
       self.span_buckets += (max_len,)
     self.max_stop_ids = max_stop_ids
+    self.cache_block = cache_block
     self.mesh, self.rules = mesh, tuple(rules)
     self._graphdef, params = nnx.split(model)
     self._static_graph = engine.StaticGraph(self._graphdef)
@@ -152,7 +164,9 @@ class Sampler:
 
   def _initial_state(self) -> SamplerState:
     state = SamplerState(
-      cache=init_cache(self.config, self.num_slots, self.max_len),
+      cache=init_cache(
+        self.config, self.num_slots, self.max_len, self.cache_block
+      ),
       lengths_S=jnp.zeros((self.num_slots,), jnp.int32),
       last_logits_SxV=jnp.zeros(
         (self.num_slots, self.config.vocab_size), jnp.float32

@@ -172,12 +172,17 @@ def test_logits_match_hugging_face(family):
   np.testing.assert_allclose(got, expected, atol=2e-4, rtol=2e-4)
 
 
-def test_cached_chunks_match_full_forward():
+@pytest.mark.parametrize("block_len", [128, 8, 5])
+def test_cached_chunks_match_full_forward(block_len):
+  # 32 positions in one block, in 4 blocks of 8, and in 6 of 5 and one of 2.
   config = small_config(qk_norm=True)
   model = models.build(config, 0)
   tokens_BxL = jax.random.randint(jax.random.key(1), (3, 20), 0, 97)
   full_BxLxV = forward(model, tokens_BxL)
-  cache = init_cache(config, 3, 32)
+  cache = init_cache(config, 3, 32, block_len)
+  assert cache.block_lens == {128: (32,), 8: (8,) * 4, 5: (5,) * 6 + (2,)}[
+    block_len
+  ]
   pieces = []
   for start, stop in ((0, 7), (7, 8), (8, 20)):
     chunk = tokens_BxL[:, start:stop]
@@ -191,18 +196,19 @@ def test_cached_chunks_match_full_forward():
   )
 
 
-def test_unwritten_tokens_leave_cache_untouched():
+@pytest.mark.parametrize("block_len", [128, 3])
+def test_unwritten_tokens_leave_cache_untouched(block_len):
   config = small_config()
   model = models.build(config, 0)
-  cache = init_cache(config, 2, 8)
+  cache = init_cache(config, 2, 8, block_len)  # blocks of 8, or 3 + 3 + 2
   tokens = jnp.ones((2, 3), jnp.int32)
   pos = jnp.asarray([[0, 1, 2], [6, 7, 8]])  # row 1 would run off the end
   write = jnp.asarray([[True, True, False], [True, True, False]])
   _, cache = forward_cached(model, tokens, pos, write, cache)
-  v = np.asarray(cache.v[0])  # SxKxLxDh
+  v = np.concatenate(cache.v[0], axis=2)  # SxKxLxDh, blocks joined
   assert np.all(v[0, :, :2] != 0) and np.all(v[0, :, 2:] == 0)
   assert np.all(v[1, :, :6] == 0) and np.all(v[1, :, 6:] != 0)
-  k = np.asarray(cache.k[0])  # SxKxDhxL: the same positions, transposed
+  k = np.concatenate(cache.k[0], axis=3)  # SxKxDhxL: same positions
   assert np.all(k[0, :, :, :2] != 0) and np.all(k[0, :, :, 2:] == 0)
   assert np.all(k[1, :, :, :6] == 0) and np.all(k[1, :, :, 6:] != 0)
 

@@ -32,16 +32,17 @@ def model():
   return models.build(CONFIG, 0)
 
 
-def make_sampler(model, max_len=MAX_LEN):
+def make_sampler(model, max_len=MAX_LEN, cache_block=16):
   return Sampler(
     model,
     num_slots=SLOTS,
     max_len=max_len,
     chunk_buckets=(8, 16, 32, 64),
     budget_buckets=BUDGETS,
-    # Spans below max_len: early turns read only part of the cache.
+    # Spans below max_len: early turns read only the first cache blocks.
     span_buckets=(16, 32, 64),
     max_stop_ids=4,
+    cache_block=cache_block,
   )
 
 
@@ -104,9 +105,15 @@ def run_episode(sampler, rng, key, temperature, stop_ids=()):
   return seqs, segments
 
 
-@pytest.mark.parametrize("temperature", [0.0, 1.0])
-def test_multi_turn_logprobs_match_teacher_forcing(model, temperature):
-  sampler = make_sampler(model)
+@pytest.mark.parametrize(
+  "temperature, cache_block", [(0.0, 16), (1.0, 16), (1.0, 64), (1.0, 24)]
+)
+def test_multi_turn_logprobs_match_teacher_forcing(
+  model, temperature, cache_block
+):
+  # cache blocks of 16 (spans of 1, 2, 4 blocks), one block, and 24 + 24 +
+  # 16, where spans end inside a block.
+  sampler = make_sampler(model, cache_block=cache_block)
   seqs, segments = run_episode(
     sampler, np.random.default_rng(0), jax.random.key(7), temperature
   )
