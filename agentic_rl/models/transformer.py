@@ -144,12 +144,10 @@ def init_cache(
   zeros = lambda shape: jnp.zeros(shape, config.compute_dtype)
   return KVCache(
     k=tuple(
-      tuple(zeros((s, kv, dh, b)) for b in lens)
-      for _ in range(config.n_layers)
+      tuple(zeros((s, kv, dh, b)) for b in lens) for _ in range(config.n_layers)
     ),
     v=tuple(
-      tuple(zeros((s, kv, b, dh)) for b in lens)
-      for _ in range(config.n_layers)
+      tuple(zeros((s, kv, b, dh)) for b in lens) for _ in range(config.n_layers)
     ),
   )
 
@@ -494,8 +492,10 @@ class Attention(nnx.Module):
       pos_Bx1xC = jnp.where(inside_BxC, local_BxC, n)[:, None, :]
       # Keys are stored transposed (SxKxDhxB): the indexed dims (row,
       # head, position) come first in the update, then Dh, as for values.
-      k_block = k_blocks[j].at[rows_Bx1x1, heads_1xKx1, :, pos_Bx1xC].set(
-        k_new_BxKxCxDh.astype(k_blocks[j].dtype), mode="drop"
+      k_block = (
+        k_blocks[j]
+        .at[rows_Bx1x1, heads_1xKx1, :, pos_Bx1xC]
+        .set(k_new_BxKxCxDh.astype(k_blocks[j].dtype), mode="drop")
       )
       v_block = v_block.at[rows_Bx1x1, heads_1xKx1, pos_Bx1xC].set(
         v_new_BxKxCxDh.astype(v_block.dtype), mode="drop"

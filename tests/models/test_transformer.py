@@ -180,9 +180,9 @@ def test_cached_chunks_match_full_forward(block_len):
   tokens_BxL = jax.random.randint(jax.random.key(1), (3, 20), 0, 97)
   full_BxLxV = forward(model, tokens_BxL)
   cache = init_cache(config, 3, 32, block_len)
-  assert cache.block_lens == {128: (32,), 8: (8,) * 4, 5: (5,) * 6 + (2,)}[
-    block_len
-  ]
+  assert (
+    cache.block_lens == {128: (32,), 8: (8,) * 4, 5: (5,) * 6 + (2,)}[block_len]
+  )
   pieces = []
   for start, stop in ((0, 7), (7, 8), (8, 20)):
     chunk = tokens_BxL[:, start:stop]
