@@ -65,8 +65,8 @@ from agentic_rl.models.config import ModelConfig, RopeScaling
 _F32 = jnp.float32
 
 
-# Cache positions per block (`init_cache`); the sampler's default span
-# buckets are multiples of it.
+# Size of the first KV-cache blocks (`cache_block_lens`); block boundaries
+# then fall on the sampler's default span buckets, 128 * 2**i.
 CACHE_BLOCK = 128
 
 
@@ -86,7 +86,9 @@ class KVCache:
   Blocks let attention read a prefix of the cache (`span`) without copying
   it: slicing the first 128 positions out of one long array materialised
   the slice at every decode step, a third of the step at batch 8; a
-  prefix of whole blocks is just the first few arrays. The cache holds no
+  prefix of whole blocks is just the first few arrays. Block sizes double
+  (`cache_block_lens`), so a long span still reads only a few blocks: each
+  block adds a few small ops per layer and step. The cache holds no
   lengths: the caller tracks how many positions of each row are valid.
   """
 
@@ -123,13 +125,23 @@ def map_cache(fn, cache: KVCache) -> KVCache:
 
 
 def cache_block_lens(max_len: int, block_len: int) -> tuple[int, ...]:
-  """Blocks of `block_len` positions covering `max_len`, the last ragged."""
+  """Block sizes covering `max_len`: block_len twice, then doubling.
+
+  Block boundaries fall at block_len * 2**i (128, 256, 512, ... by
+  default), the sampler's default span buckets, so a span reads whole
+  blocks, and a span of n positions reads about log2(n / block_len) + 1 of
+  them. The last block is cut at max_len.
+  """
   if max_len <= 0 or block_len <= 0:
     raise ValueError(
       f"cache max_len ({max_len}) and block_len ({block_len}) must be positive"
     )
-  full, rest = divmod(max_len, block_len)
-  return (block_len,) * full + ((rest,) if rest else ())
+  lens, total = [], 0
+  while total < max_len:
+    size = min(max(block_len, total), max_len - total)
+    lens.append(size)
+    total += size
+  return tuple(lens)
 
 
 def init_cache(

@@ -104,8 +104,9 @@ class Sampler:
       row it touches (default: powers of two from `cache_block`, then
       max_len), so short contexts in a long cache do not pay for the whole
       cache.
-    cache_block: positions per KV-cache block (`models.KVCache`); a span
-      reads whole blocks, so spans are best multiples of it.
+    cache_block: size of the first KV-cache blocks; later ones double
+      (`models.transformer.cache_block_lens`). A span reads whole blocks,
+      so spans are best block boundaries: cache_block * 2**i.
     max_stop_ids: width of the per-row stop-id table.
     mesh, rules: optional sharding (see `agentic_rl.sharding`).
   """

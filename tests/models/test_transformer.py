@@ -13,6 +13,7 @@ from agentic_rl.models import ModelConfig, RopeScaling, init_cache
 from agentic_rl.models.transformer import (
   apply_rope,
   attend,
+  cache_block_lens,
   causal_attend,
   rope_inv_freq,
 )
@@ -172,17 +173,24 @@ def test_logits_match_hugging_face(family):
   np.testing.assert_allclose(got, expected, atol=2e-4, rtol=2e-4)
 
 
+def test_cache_blocks_double_after_the_first_two():
+  assert cache_block_lens(4096, 128) == (128, 128, 256, 512, 1024, 2048)
+  assert cache_block_lens(320, 128) == (128, 128, 64)  # cut at max_len
+  assert cache_block_lens(100, 128) == (100,)
+  with pytest.raises(ValueError, match="block_len"):
+    cache_block_lens(64, 0)
+
+
 @pytest.mark.parametrize("block_len", [128, 8, 5])
 def test_cached_chunks_match_full_forward(block_len):
-  # 32 positions in one block, in 4 blocks of 8, and in 6 of 5 and one of 2.
+  # 32 positions in one block, in blocks of 8, 8, 16, and of 5, 5, 10, 12.
   config = small_config(qk_norm=True)
   model = models.build(config, 0)
   tokens_BxL = jax.random.randint(jax.random.key(1), (3, 20), 0, 97)
   full_BxLxV = forward(model, tokens_BxL)
   cache = init_cache(config, 3, 32, block_len)
-  assert (
-    cache.block_lens == {128: (32,), 8: (8,) * 4, 5: (5,) * 6 + (2,)}[block_len]
-  )
+  expected = {128: (32,), 8: (8, 8, 16), 5: (5, 5, 10, 12)}[block_len]
+  assert cache.block_lens == expected
   pieces = []
   for start, stop in ((0, 7), (7, 8), (8, 20)):
     chunk = tokens_BxL[:, start:stop]

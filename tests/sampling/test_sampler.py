@@ -111,8 +111,8 @@ def run_episode(sampler, rng, key, temperature, stop_ids=()):
 def test_multi_turn_logprobs_match_teacher_forcing(
   model, temperature, cache_block
 ):
-  # cache blocks of 16 (spans of 1, 2, 4 blocks), one block, and 24 + 24 +
-  # 16, where spans end inside a block.
+  # cache blocks of 16, 16, 32 (the spans read 1, 2 or 3 of them), one
+  # block, and 24, 24, 16, where spans end inside a block.
   sampler = make_sampler(model, cache_block=cache_block)
   seqs, segments = run_episode(
     sampler, np.random.default_rng(0), jax.random.key(7), temperature
