@@ -17,7 +17,9 @@ are run here, SFT stages included, rather than linking in that sweep's
 grpo and gigpo runs: those ran on older code, and a numerically
 equivalent code change alone moved their final success by up to 6 points.
 
-`arg`: empty, or `smoke` (smoke-size runs, one seed).
+`arg`: empty, `smoke` (smoke-size runs, one seed), or `seeds=N` (seeds
+0..N-1 instead of the credit-assignment sweep's 0, 1, 2; the runs of
+seeds 0-2 are the same, so a finished 3-seed root is extended in place).
 Expected: see experiments/sokoban_reward_input/README.md.
 """
 
@@ -31,8 +33,14 @@ ESTIMATORS = ("grpo", "grpo_return", "gigpo")
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   parts = [p for p in (arg or "").split(",") if p]
-  if any(p != "smoke" for p in parts):
-    raise ValueError(f"config arg {arg!r}: expected '' or 'smoke'")
+  seeds = credit_assignment.SEEDS
+  for p in parts:
+    if p.startswith("seeds=") and p[6:].isdigit() and int(p[6:]) > 0:
+      seeds = tuple(range(int(p[6:])))
+    elif p != "smoke":
+      raise ValueError(
+        f"config arg {arg!r}: expected '', 'smoke' or 'seeds=N' (N >= 1)"
+      )
   smoke = "smoke" in parts
   c = sokoban.get_config("grpo,smoke" if smoke else "grpo")
   ca = credit_assignment.get_config().sweep
@@ -41,7 +49,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       "name": "sokoban_reward_input",
       "envs": {"sokoban": credit_assignment.ENVS["sokoban"]},
       "estimators": ESTIMATORS,
-      "seeds": credit_assignment.SEEDS,
+      "seeds": seeds,
       "smoke": smoke,
       "baseline": "grpo",
       "overrides": ca.overrides.to_dict(),
