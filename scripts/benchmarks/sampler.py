@@ -20,6 +20,9 @@ greedy with no stop ids, so every row emits exactly its budget.
   best-of-rounds and as the median of the rounds' paired ratios.
 * KV-cache bytes per slot, checked against
   2 * n_layers * max_len * n_kv_heads * head_dim * bytes.
+* decode step by cache length: a 64-token context (span 128) decoded from
+  caches of 128, 320 and 1,024 positions, batch 8. Reading only the span
+  in place, the step costs the same at every length.
 * decode-step breakdown at batch 32 (why the speed is what it is): the
   sampler's whole decode step; the model's cached forward alone (no token
   selection or loop bookkeeping); the forward without attention over the
@@ -483,6 +486,48 @@ def decode_breakdown(model, batch: int, repeats: int, steps: int = 64):
   }
 
 
+def decode_by_cache_length(
+  model, batch: int, repeats: int, lengths=(128, 320, 1024)
+):
+  """ms per decode step of a 64-token context in caches of each length.
+
+  The context's span is 128 positions whatever the cache length, so a
+  sampler that reads only the span in place costs the same at every
+  length. Per-step time is the difference between a 36-token and a
+  4-token decode, divided by 32, which cancels the per-call cost.
+  """
+  rows = list(range(batch))
+  prompts = np.random.default_rng(0).integers(
+    0, model.config.vocab_size, (batch, 64)
+  )
+
+  def seconds(sampler, budget):
+    best = float("inf")
+    for _ in range(repeats + 1):  # the first call compiles
+      sampler.prefill(rows, prompts.tolist())
+      jax.block_until_ready(sampler.state)
+      start = time.perf_counter()
+      sampler.decode(jax.random.key(0), budget=budget)
+      best = min(best, time.perf_counter() - start)
+    return best
+
+  out = []
+  for max_len in lengths:
+    sampler = Sampler(
+      model, num_slots=batch, max_len=max_len, budget_buckets=(4, 36)
+    )
+    short, long = seconds(sampler, 4), seconds(sampler, 36)
+    out.append(
+      {
+        "cache_len": max_len,
+        "cache_blocks": len(sampler.state.cache.block_lens),
+        "step_ms": 1e3 * (long - short) / 32,
+        "per_call_ms": 1e3 * (short - 4 * (long - short) / 32),
+      }
+    )
+  return {"batch": batch, "context": 64, "span": 128, "rows": out}
+
+
 def logit_parity(model, reference, rng) -> float:
   tokens = rng.integers(0, model.config.vocab_size, (2, 48))
   with torch.inference_mode():
@@ -547,6 +592,19 @@ def print_tables(report: dict) -> None:
     print(
       f"weight matmuls: {b['weight_matmul_mflop_per_step']:.0f} MFLOP/step, "
       f"{b['weight_matmul_gflops_at_floor']:.0f} GFLOP/s at the floor"
+    )
+  d = report["decode_by_cache_length"]
+  print(
+    f"\nDecode step at batch {d['batch']}, {d['context']}-token context "
+    f"(span {d['span']}), by cache length"
+  )
+  header = f"{'cache':>6} {'blocks':>6} {'ms/step':>8} {'ms/call':>8}"
+  print(header)
+  print("-" * len(header))
+  for r in d["rows"]:
+    print(
+      f"{r['cache_len']:>6} {r['cache_blocks']:>6} {r['step_ms']:>8.3f} "
+      f"{r['per_call_ms']:>8.2f}"
     )
   m = report["multi_turn"]
   print(
@@ -629,6 +687,12 @@ def main(argv: list[str]) -> None:
     report["decode_breakdown"] = decode_breakdown(
       model, max(batches), args.repeats
     )
+  report["decode_by_cache_length"] = decode_by_cache_length(
+    model,
+    batch=args.trajectories,
+    repeats=args.repeats,
+    lengths=(128, 320) if args.quick else (128, 320, 1024),
+  )
   last = report["single_turn"][-1]
   report["kv_cache"] = {
     "max_len": 128,

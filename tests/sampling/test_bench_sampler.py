@@ -26,6 +26,10 @@ def test_quick_benchmark_writes_json(tmp_path):
   assert report["logit_max_abs_diff"] < 1e-4
   assert report["multi_turn"]["cache_equals_reprefill_tokens"]
   assert report["single_turn"][0]["greedy_token_agreement"] > 0.9
+  by_length = report["decode_by_cache_length"]["rows"]
+  assert [r["cache_len"] for r in by_length] == [128, 320]
+  assert [r["cache_blocks"] for r in by_length] == [1, 3]  # 128+128+64
+  assert all(r["step_ms"] > 0 for r in by_length)
 
 
 def test_matmul_bound_counts_generate_flops_by_hand():
