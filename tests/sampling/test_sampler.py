@@ -222,6 +222,8 @@ def test_host_errors_name_the_row(model):
     sampler.decode(jax.random.key(0), budget=1, top_p=0.0)
   # Nothing was dispatched by the failed calls.
   np.testing.assert_array_equal(sampler.lengths, [60, 0, 0, 0])
+  with pytest.raises(ValueError, match=r"cache_block \(0\) must be positive"):
+    make_sampler(model, cache_block=0)
 
 
 def test_rows_outside_the_subset_are_untouched(model):
