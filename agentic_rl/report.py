@@ -735,7 +735,8 @@ def render_readme(
     "**Commands.**\n\n```bash\n"
     f".venv/bin/python scripts/sweep.py --config={summary['config']} "
     f"--root={root} --workers=2\n"
-    f".venv/bin/python scripts/report.py --root={root} --out={out}\n```\n"
+    f".venv/bin/python scripts/report.py --root={root} --out={out}"
+    f"{summary.get('report_flags', '')}\n```\n"
   )
   cost_line = (
     f"{_ci(cost)} s of wall time per run (mean [95% CI] over "
@@ -808,12 +809,27 @@ def write_report(
   out: str,
   threshold: float = 0.5,
   notes: str = "",
+  baseline: str | None = None,
 ) -> dict[str, Any]:
-  """Reads the sweep under `root`; writes README.md, results.json, PNGs."""
+  """Reads the sweep under `root`; writes README.md, results.json, PNGs.
+
+  `baseline` overrides the sweep's own (`sweep.baseline`): the estimator
+  every other one is paired against, e.g. to compare two treatments.
+  """
   manifest, grid, checks, missing = load_sweep(root)
   if not grid:
     raise ReportError(f"no finished grid runs under {root}")
+  flags = [] if threshold == 0.5 else [f"--threshold={threshold:g}"]
+  if baseline is not None and baseline != manifest["baseline"]:
+    if baseline not in manifest["estimators"]:
+      raise ReportError(
+        f"baseline {baseline!r} is not one of the sweep's estimators "
+        f"{list(manifest['estimators'])}"
+      )
+    manifest = {**manifest, "baseline": baseline}
+    flags.append(f"--baseline={baseline}")
   summary = summarize(manifest, grid, checks, missing, threshold)
+  summary["report_flags"] = "".join(" " + f for f in flags)
   outdir = pathlib.Path(out)
   outdir.mkdir(parents=True, exist_ok=True)
   plots = {}

@@ -4,8 +4,9 @@
 
 Reads `<root>/sweep.json` (written by scripts/sweep.py) and every finished
 run's summary.json, config.json and logs/metrics.jsonl; unfinished runs are
-listed, not guessed. `--notes=FILE` appends a hand-written Markdown section
-(e.g. how to scale the sweep) to the generated README.
+listed, not guessed. `--baseline=EST` pairs every estimator against EST
+instead of the sweep's baseline. `--notes=FILE` appends a hand-written
+Markdown section (e.g. how to scale the sweep) to the generated README.
 """
 
 import pathlib
@@ -25,6 +26,11 @@ _THRESHOLD = flags.DEFINE_float(
 _NOTES = flags.DEFINE_string(
   "notes", None, "Markdown file appended to the README."
 )
+_BASELINE = flags.DEFINE_string(
+  "baseline",
+  None,
+  "Estimator to pair the others against (default: the sweep's baseline).",
+)
 flags.mark_flags_as_required(["root", "out"])
 
 
@@ -32,7 +38,11 @@ def main(argv: list[str]) -> None:
   del argv
   notes = pathlib.Path(_NOTES.value).read_text() if _NOTES.value else ""
   summary = report.write_report(
-    _ROOT.value, _OUT.value, threshold=_THRESHOLD.value, notes=notes
+    _ROOT.value,
+    _OUT.value,
+    threshold=_THRESHOLD.value,
+    notes=notes,
+    baseline=_BASELINE.value,
   )
   for line in report.findings(summary):
     print(line)

@@ -212,6 +212,24 @@ def test_write_report_files(sweep_root, tmp_path):
   assert [r["estimator"] for r in summary["credit_table"]] == ["grpo", "gigpo"]
 
 
+def test_write_report_with_another_baseline(sweep_root, tmp_path):
+  default = report.write_report(str(sweep_root), str(tmp_path / "a"))
+  swapped = report.write_report(
+    str(sweep_root), str(tmp_path / "b"), baseline="gigpo"
+  )
+  lake, lake_swapped = default["envs"]["lake"], swapped["envs"]["lake"]
+  assert swapped["baseline"] == "gigpo"
+  assert "vs_baseline" not in lake_swapped["gigpo"]
+  forward = lake["gigpo"]["vs_baseline"]["final_success"]
+  backward = lake_swapped["grpo"]["vs_baseline"]["final_success"]
+  assert backward["mean"] == pytest.approx(-forward["mean"])
+  assert backward["lo"] == pytest.approx(-forward["hi"])
+  readme = (tmp_path / "b" / "README.md").read_text()
+  assert f"--out={tmp_path / 'b'} --baseline=gigpo" in readme
+  with pytest.raises(report.ReportError, match="'ppo' is not one of"):
+    report.write_report(str(sweep_root), str(tmp_path / "c"), baseline="ppo")
+
+
 def _curve(seed, steps, success):
   return report.RunCurve(
     name=f"e/x/seed{seed}",
