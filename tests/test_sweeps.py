@@ -165,6 +165,20 @@ def test_reward_input_sweep_pairs_with_the_sokoban_arm():
     assert r.init_from_run == partner.init_from_run
   est = sweeps.load_config("configs/sokoban.py:grpo_return").estimator
   assert est.to_dict() == {"name": "grpo", "score": "return"}
+  # seeds=6 adds seeds 3-5 and leaves the runs of seeds 0-2 as they were.
+  six = {
+    r.name: r
+    for r in sweeps.expand(
+      sweeps.load_config(
+        "configs/ablations/sokoban_reward_input.py:seeds=6"
+      ).sweep
+    )
+  }
+  assert len(six) == 6 + 6 * 3
+  for r in runs:
+    assert six[r.name] == r
+  with pytest.raises(ValueError, match="seeds=N"):
+    sweeps.load_config("configs/ablations/sokoban_reward_input.py:seeds=0")
 
 
 def test_env_configs():
