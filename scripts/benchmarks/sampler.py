@@ -538,14 +538,18 @@ def logit_parity(model, reference, rng) -> float:
   return float(np.abs(got - expected).max())
 
 
+def print_header(header: str) -> None:
+  print(header)
+  print("-" * len(header))
+
+
 def print_tables(report: dict) -> None:
   print(f"\nSampler vs HF generate ({PRESET}, float32, greedy, CPU)")
   header = (
     f"{'batch':>5} {'jax tok/s':>10} {'hf tok/s':>9} {'speedup':>8} "
     f"{'compile s':>9} {'agree':>6} {'2 samplers':>10} {'speedup':>8}"
   )
-  print(header)
-  print("-" * len(header))
+  print_header(header)
   for r in report["single_turn"]:
     print(
       f"{r['batch']:>5} {r['jax_tokens_per_s']:>10.0f} "
@@ -566,8 +570,7 @@ def print_tables(report: dict) -> None:
     f"{'decode':>7} {'bound tok/s':>11} {'max speedup vs HF':>17} "
     f"{'HF GF/s':>8}"
   )
-  print(header)
-  print("-" * len(header))
+  print_header(header)
   for r in report["single_turn"]:
     m = r["matmul_bound"]
     print(
@@ -599,8 +602,7 @@ def print_tables(report: dict) -> None:
     f"(span {d['span']}), by cache length"
   )
   header = f"{'cache':>6} {'blocks':>6} {'ms/step':>8} {'ms/call':>8}"
-  print(header)
-  print("-" * len(header))
+  print_header(header)
   for r in d["rows"]:
     print(
       f"{r['cache_len']:>6} {r['cache_blocks']:>6} {r['step_ms']:>8.3f} "
@@ -613,8 +615,7 @@ def print_tables(report: dict) -> None:
     f"{m['observation_tokens_per_turn']} observation tokens per turn)"
   )
   header = f"{'mode':>14} {'seconds':>8} {'gen tok/s':>10}"
-  print(header)
-  print("-" * len(header))
+  print_header(header)
   for name, r in m["modes"].items():
     print(
       f"{name:>14} {r['seconds']:>8.3f} {r['generated_tokens_per_s']:>10.0f}"
