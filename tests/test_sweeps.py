@@ -181,6 +181,35 @@ def test_reward_input_sweep_pairs_with_the_sokoban_arm():
     sweeps.load_config("configs/ablations/sokoban_reward_input.py:seeds=0")
 
 
+def test_horizon_sweep_is_the_frozenlake_arm_with_30_moves():
+  runs = sweeps.expand(
+    sweeps.load_config("configs/ablations/frozenlake_horizon.py").sweep
+  )
+  ca = {r.name: r for r in sweeps.expand(sweeps.load_config(ABLATION).sweep)}
+  assert len(runs) == 3 + 2 * 3
+  horizon = {
+    "env.options.max_steps": "30",
+    "rollout.max_turns": "30",
+    "rollout.max_total_tokens": "1024",
+    "sampler.max_len": "1024",
+    "length_buckets": "(128,192,256,320,384,512,640,768,896,1024)",
+  }
+  for r in runs:
+    partner = ca[r.name]  # same env/estimator/seed (or SFT stage) name
+    assert (r.config_file, r.config_arg) == (
+      partner.config_file,
+      partner.config_arg,
+    )
+    assert r.init_from_run == partner.init_from_run
+    ours = dict(r.overrides)
+    assert {k: ours.pop(k) for k in horizon} == horizon
+    assert ours == dict(partner.overrides)  # the horizon is all that differs
+  lake = sweeps.load_config("configs/frozenlake.py:grpo")
+  assert lake.env.options.max_steps == lake.rollout.max_turns == 10
+  with pytest.raises(ValueError, match="seeds=N"):
+    sweeps.load_config("configs/ablations/frozenlake_horizon.py:seeds=x")
+
+
 def test_env_configs():
   lake = sweeps.load_config("configs/frozenlake.py:gigpo,smoke")
   assert lake.env.name == "frozenlake" and lake.env.options.slippery

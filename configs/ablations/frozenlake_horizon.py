@@ -1,0 +1,75 @@
+"""FrozenLake with room to succeed: GRPO vs GiGPO at a 30-move horizon.
+
+  python scripts/sweep.py --config=configs/ablations/frozenlake_horizon.py \
+      --root=experiments/frozenlake_horizon/runs --workers=2
+
+Question: in the credit-assignment sweep, slippery FrozenLake separated no
+estimator, but there the episode ended after 10 moves, where even the
+exact optimal policy reaches the goal on only 12.6% of the 128 held-out
+maps (finite-horizon dynamic programming over the exact slip model,
+`exact.optimal_finite`; experiments/credit_assignment/README.md): little
+success to assign credit for. With 30 moves the optimal policy reaches
+71.2% (uniform random moves 11.4%), and an agent that wanders or slips
+revisits cells, which is when GiGPO's per-state groups have members.
+Does GiGPO then pull away from GRPO?
+
+The grid is the credit-assignment sweep's FrozenLake arm (same recipe,
+seeds, RL length, 128 held-out maps) with the move limit and the turn
+budget raised from 10 to 30, and the sequence length from 768 to 1,024
+tokens (~30 tokens a turn). The SFT stage (value-iteration demonstrations
+at the same horizon) runs once per seed and both estimators start RL from
+it.
+
+`arg`: empty, `smoke` (smoke-size runs, one seed) or `seeds=N` (seeds
+0..N-1). Expected: see experiments/frozenlake_horizon/README.md.
+"""
+
+import ml_collections
+
+from configs import frozenlake
+from configs.ablations import credit_assignment
+
+ESTIMATORS = ("grpo", "gigpo")
+HORIZON = 30
+MAX_LEN = 1024
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  parts = [p for p in (arg or "").split(",") if p]
+  seeds = credit_assignment.SEEDS
+  for p in parts:
+    if p.startswith("seeds=") and p[6:].isdigit() and int(p[6:]) > 0:
+      seeds = tuple(range(int(p[6:])))
+    elif p != "smoke":
+      raise ValueError(
+        f"config arg {arg!r}: expected '', 'smoke' or 'seeds=N' (N >= 1)"
+      )
+  smoke = "smoke" in parts
+  c = frozenlake.get_config("grpo,smoke" if smoke else "grpo")
+  ca = credit_assignment.get_config().sweep
+  horizon = {
+    "env": {"options": {"max_steps": HORIZON}},
+    "rollout": {"max_turns": HORIZON, "max_total_tokens": MAX_LEN},
+    "sampler": {"max_len": MAX_LEN},
+    "length_buckets": (128, 192, 256, 320, 384, 512, 640, 768, 896, MAX_LEN),
+  }
+  c.sweep = ml_collections.ConfigDict(
+    {
+      "name": "frozenlake_horizon",
+      "envs": {"frozenlake": credit_assignment.ENVS["frozenlake"]},
+      "estimators": ESTIMATORS,
+      "seeds": seeds,
+      "smoke": smoke,
+      "baseline": "grpo",
+      "overrides": {**ca.overrides.to_dict(), **horizon},
+      "shared_sft": True,
+      "checks": (),
+    }
+  )
+  if smoke:  # smoke-size runs that still take more than the default 3 moves
+    c.sweep.seeds = (0,)
+    c.sweep.overrides = {
+      "env": {"options": {"max_steps": 5}},
+      "rollout": {"max_turns": 5},
+    }
+  return c
