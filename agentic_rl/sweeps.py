@@ -451,41 +451,59 @@ def run_sweep(
 ) -> list[RunResult]:
   """Runs every unfinished run, `workers` processes at a time, in order.
 
-  Shared SFT stages (kind "sft") all run before any other run starts. A
-  failed run does not stop the others; its log stays in its workdir. A run
-  whose SFT stage failed is not launched (status "failed", no log).
+  A run that starts from a shared SFT stage (`init_from_run`) of this call
+  waits for that stage only: with three stages on two workers, seed 0's
+  runs start while seed 2's stage trains, not after it. Stages come first
+  in `expand`'s order, so a free worker takes a stage before a grid run.
+  A failed run does not stop the others; its log stays in its workdir. A
+  run whose SFT stage failed is not launched (status "failed", no log).
   """
   if workers < 1:
     raise SweepSpecError(f"--workers must be >= 1, got {workers}")
   results: dict[str, RunResult] = {}
-  stages = (
-    [r for r in runs if r.kind == "sft"],
-    [r for r in runs if r.kind != "sft"],
-  )
+  names = {r.name for r in runs}
+  pending = list(runs)
+  running: dict[concurrent.futures.Future, RunSpec] = {}
+
+  def record(result: RunResult) -> None:
+    results[result.name] = result
+    if on_result is not None:
+      on_result(result)
+
+  def ready(run: RunSpec) -> bool:  # its stage is not run here, or is done
+    return run.init_from_run not in names or run.init_from_run in results
+
   with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-    for stage in stages:
-      futures = []
-      for run in stage:
+    while pending or running:
+      for run in [r for r in pending if ready(r)]:
+        if len(running) == workers:
+          break
+        pending.remove(run)
         source = results.get(run.init_from_run)
         if source is not None and source.status == "failed":
-          results[run.name] = RunResult(run.name, "failed")
-          if on_result is not None:
-            on_result(results[run.name])
+          record(RunResult(run.name, "failed"))
           continue
-        futures.append(
-          pool.submit(
-            launch,
-            run,
-            root,
-            python=python,
-            module=module,
-            distributed=distributed,
-            compilation_cache=compilation_cache,
-          )
+        future = pool.submit(
+          launch,
+          run,
+          root,
+          python=python,
+          module=module,
+          distributed=distributed,
+          compilation_cache=compilation_cache,
         )
-      for future in concurrent.futures.as_completed(futures):
-        result = future.result()
-        results[result.name] = result
-        if on_result is not None:
-          on_result(result)
+        running[future] = run
+      if not running:
+        if pending:  # waiting on stages that cannot run (a cycle)
+          names_left = [r.name for r in pending]
+          raise SweepSpecError(
+            f"runs wait on stages that never run: {names_left}"
+          )
+        break
+      done, _ = concurrent.futures.wait(
+        running, return_when=concurrent.futures.FIRST_COMPLETED
+      )
+      for future in done:
+        del running[future]
+        record(future.result())
   return [results[r.name] for r in runs]

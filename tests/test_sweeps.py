@@ -1,5 +1,6 @@
 """Sweep expansion, launch commands, and skip/resume on a fake tiny sweep."""
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -21,7 +22,7 @@ ABLATION = "configs/ablations/credit_assignment.py"
 # the marker it resumes and writes summary.json (as the loop does).
 FAKE_MAIN = textwrap.dedent(
   """
-  import json, os, pathlib, sys
+  import json, os, pathlib, sys, time
   args = dict(a[2:].split("=", 1) for a in sys.argv[1:])
   args["cache_env"] = os.environ.get("JAX_COMPILATION_CACHE_DIR", "")
   wd = pathlib.Path(args["workdir"])
@@ -29,6 +30,13 @@ FAKE_MAIN = textwrap.dedent(
   with open(wd / "launches.txt", "a") as f:
     f.write(json.dumps(args) + "\\n")
   resumed = (wd / "ckpt").exists()
+  if (wd / "wait_for").exists():  # hold until another run has launched
+    other = pathlib.Path((wd / "wait_for").read_text())
+    deadline = time.time() + 30
+    while not other.exists():
+      if time.time() > deadline:
+        sys.exit(4)
+      time.sleep(0.05)
   (wd / "ckpt").write_text("1")
   if (wd / "crash_once").exists() and not resumed:
     sys.exit(3)
@@ -379,6 +387,35 @@ def test_shared_sft_stages_run_first_and_gate_their_runs(tmp_path, monkeypatch):
   ]
   with pytest.raises(sweeps.SweepSpecError, match="matches no run"):
     sweeps.select(runs, ["frozenlake/*"])
+
+
+def test_a_run_starts_once_its_own_sft_stage_is_done(tmp_path, monkeypatch):
+  (tmp_path / "fake_main.py").write_text(FAKE_MAIN)
+  monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+  root = tmp_path / "runs"
+  runs = sweeps.expand(_tiny_sweep(shared_sft=True))
+  sft0, sft1, grpo0 = runs[0], runs[1], runs[2]
+  assert (grpo0.name, grpo0.init_from_run) == ("sokoban/grpo/seed0", sft0.name)
+  # Seed 1's stage finishes only after seed 0's first run has launched,
+  # which it can only do while that stage is still running (2 workers).
+  sweeps.workdir(root, sft1).mkdir(parents=True)
+  (sweeps.workdir(root, sft1) / "wait_for").write_text(
+    str(sweeps.workdir(root, grpo0) / "launches.txt")
+  )
+  order = []
+  results = sweeps.run_sweep(
+    runs, root, workers=2, module="fake_main", on_result=order.append
+  )
+  # Had seed 0's runs waited for every stage, seed 1's would have given up
+  # after 30 s (exit 4) and its runs would not have launched.
+  assert [r.status for r in results] == ["ok"] * 6
+  assert order[0].name == sft0.name
+  # Runs that wait on each other would wait forever: a named error instead.
+  a = dataclasses.replace(grpo0, init_from_run=sft0.name)
+  b = dataclasses.replace(sft0, init_from_run=grpo0.name)
+  loop_runs = [a, b]
+  with pytest.raises(sweeps.SweepSpecError, match="never run"):
+    sweeps.run_sweep(loop_runs, tmp_path / "cycle", module="fake_main")
 
 
 def test_script_prints_one_command_per_unfinished_run(tmp_path):
