@@ -214,6 +214,10 @@ def test_horizon_sweep_is_the_frozenlake_arm_with_30_moves():
     assert ours == dict(partner.overrides)  # the horizon is all that differs
   lake = sweeps.load_config("configs/frozenlake.py:grpo")
   assert lake.env.options.max_steps == lake.rollout.max_turns == 10
+  five = sweeps.expand(
+    sweeps.load_config("configs/ablations/frozenlake_horizon.py:seeds=5").sweep
+  )
+  assert len(five) == 5 + 2 * 5 and set(runs) <= set(five)  # extends in place
   with pytest.raises(ValueError, match="seeds=N"):
     sweeps.load_config("configs/ablations/frozenlake_horizon.py:seeds=x")
 
@@ -413,9 +417,8 @@ def test_a_run_starts_once_its_own_sft_stage_is_done(tmp_path, monkeypatch):
   # Runs that wait on each other would wait forever: a named error instead.
   a = dataclasses.replace(grpo0, init_from_run=sft0.name)
   b = dataclasses.replace(sft0, init_from_run=grpo0.name)
-  loop_runs = [a, b]
   with pytest.raises(sweeps.SweepSpecError, match="never run"):
-    sweeps.run_sweep(loop_runs, tmp_path / "cycle", module="fake_main")
+    sweeps.run_sweep([a, b], tmp_path / "cycle", module="fake_main")
 
 
 def test_script_prints_one_command_per_unfinished_run(tmp_path):

@@ -66,6 +66,24 @@ ESTIMATORS = (
 SEEDS = (0, 1, 2)
 
 
+def parse_arg(arg: str | None) -> tuple[tuple[int, ...], bool]:
+  """(seeds, smoke) from a follow-up sweep's arg: '', 'smoke', 'seeds=N'.
+
+  `seeds=N` runs seeds 0..N-1 instead of `SEEDS`; the runs of the seeds
+  both share are the same, so a finished root is extended in place.
+  """
+  parts = [p for p in (arg or "").split(",") if p]
+  seeds = SEEDS
+  for p in parts:
+    if p.startswith("seeds=") and p[6:].isdigit() and int(p[6:]) > 0:
+      seeds = tuple(range(int(p[6:])))
+    elif p != "smoke":
+      raise ValueError(
+        f"config arg {arg!r}: expected '', 'smoke' or 'seeds=N' (N >= 1)"
+      )
+  return seeds, "smoke" in parts
+
+
 def _sharded_check() -> dict:
   # The mesh path on one host: 8 simulated CPU devices as (data, fsdp,
   # tensor) = (2, 2, 2). Not compared; the report checks its metrics are

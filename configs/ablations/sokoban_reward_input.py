@@ -32,16 +32,7 @@ ESTIMATORS = ("grpo", "grpo_return", "gigpo")
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  parts = [p for p in (arg or "").split(",") if p]
-  seeds = credit_assignment.SEEDS
-  for p in parts:
-    if p.startswith("seeds=") and p[6:].isdigit() and int(p[6:]) > 0:
-      seeds = tuple(range(int(p[6:])))
-    elif p != "smoke":
-      raise ValueError(
-        f"config arg {arg!r}: expected '', 'smoke' or 'seeds=N' (N >= 1)"
-      )
-  smoke = "smoke" in parts
+  seeds, smoke = credit_assignment.parse_arg(arg)
   c = sokoban.get_config("grpo,smoke" if smoke else "grpo")
   ca = credit_assignment.get_config().sweep
   c.sweep = ml_collections.ConfigDict(
