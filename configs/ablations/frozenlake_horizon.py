@@ -23,7 +23,8 @@ at the same horizon) runs once per seed and both estimators start RL from
 it.
 
 `arg`: empty, `smoke` (smoke-size runs, one seed) or `seeds=N` (seeds
-0..N-1). Expected: see experiments/frozenlake_horizon/README.md.
+0..N-1; the write-up ran `seeds=5`). Expected: see
+experiments/frozenlake_horizon/README.md.
 """
 
 import ml_collections
