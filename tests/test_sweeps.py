@@ -131,22 +131,31 @@ def test_runs_of_one_seed_differ_only_in_the_estimator(env):
   assert len({r.init_from_run for r in runs}) == 1  # same SFT stage
 
 
-def test_shaping_sweep_pairs_with_the_credit_assignment_search_qa_arm():
-  shaping = sweeps.expand(
-    sweeps.load_config("configs/ablations/search_qa_shaping.py").sweep
-  )
+def _assert_credit_assignment_runs_plus(runs, changes: dict) -> None:
+  """Each run is the credit-assignment run of its name (same config, arg,
+  SFT stage) with exactly `changes` (flattened overrides) added."""
   ca = {r.name: r for r in sweeps.expand(sweeps.load_config(ABLATION).sweep)}
-  assert len(shaping) == 3 + 2 * 3
-  for r in shaping:
+  for r in runs:
     partner = ca[r.name]  # same env/estimator/seed (or SFT stage) name
     assert (r.config_file, r.config_arg) == (
       partner.config_file,
       partner.config_arg,
     )
     assert r.init_from_run == partner.init_from_run
-    ours, theirs = dict(r.overrides), dict(partner.overrides)
-    assert ours.pop("rewards.verifier.weights.progress") == "0.0"
-    assert ours == theirs  # the shaping weight is the only difference
+    ours = dict(r.overrides)
+    assert {k: ours.pop(k, None) for k in changes} == changes
+    assert ours == dict(partner.overrides)  # nothing else differs
+
+
+def test_shaping_sweep_pairs_with_the_credit_assignment_search_qa_arm():
+  shaping = sweeps.expand(
+    sweeps.load_config("configs/ablations/search_qa_shaping.py").sweep
+  )
+  assert len(shaping) == 3 + 2 * 3
+  # The shaping weight is the only difference.
+  _assert_credit_assignment_runs_plus(
+    shaping, {"rewards.verifier.weights.progress": "0.0"}
+  )
   # An SFT stage's identity leaves the reward config out, so the
   # credit-assignment stages can be linked in and warm-started from.
   assert not any(f.startswith("rewards") for f in loop._WARM_START_FIELDS)
@@ -193,7 +202,6 @@ def test_horizon_sweep_is_the_frozenlake_arm_with_30_moves():
   runs = sweeps.expand(
     sweeps.load_config("configs/ablations/frozenlake_horizon.py").sweep
   )
-  ca = {r.name: r for r in sweeps.expand(sweeps.load_config(ABLATION).sweep)}
   assert len(runs) == 3 + 2 * 3
   horizon = {
     "env.options.max_steps": "30",
@@ -202,16 +210,7 @@ def test_horizon_sweep_is_the_frozenlake_arm_with_30_moves():
     "sampler.max_len": "1024",
     "length_buckets": "(128,192,256,320,384,512,640,768,896,1024)",
   }
-  for r in runs:
-    partner = ca[r.name]  # same env/estimator/seed (or SFT stage) name
-    assert (r.config_file, r.config_arg) == (
-      partner.config_file,
-      partner.config_arg,
-    )
-    assert r.init_from_run == partner.init_from_run
-    ours = dict(r.overrides)
-    assert {k: ours.pop(k) for k in horizon} == horizon
-    assert ours == dict(partner.overrides)  # the horizon is all that differs
+  _assert_credit_assignment_runs_plus(runs, horizon)
   lake = sweeps.load_config("configs/frozenlake.py:grpo")
   assert lake.env.options.max_steps == lake.rollout.max_turns == 10
   five = sweeps.expand(

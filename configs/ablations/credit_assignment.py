@@ -84,6 +84,35 @@ def parse_arg(arg: str | None) -> tuple[tuple[int, ...], bool]:
   return seeds, "smoke" in parts
 
 
+def one_env_sweep(
+  name: str,
+  env: str,
+  estimators: tuple[str, ...],
+  seeds: tuple[int, ...],
+  smoke: bool,
+  changes: dict | None = None,
+  smoke_changes: dict | None = None,
+) -> ml_collections.ConfigDict:
+  """A follow-up sweep of one of this sweep's arms: its size, its shared
+  SFT stages and GRPO baseline, with `changes` added to every run's
+  overrides (a one-seed sweep of smoke runs with `smoke_changes` only, if
+  `smoke`)."""
+  overrides = {**get_config().sweep.overrides.to_dict(), **(changes or {})}
+  return ml_collections.ConfigDict(
+    {
+      "name": name,
+      "envs": {env: ENVS[env]},
+      "estimators": estimators,
+      "seeds": (0,) if smoke else seeds,
+      "smoke": smoke,
+      "baseline": "grpo",
+      "overrides": (smoke_changes or {}) if smoke else overrides,
+      "shared_sft": True,
+      "checks": (),
+    }
+  )
+
+
 def _sharded_check() -> dict:
   # The mesh path on one host: 8 simulated CPU devices as (data, fsdp,
   # tensor) = (2, 2, 2). Not compared; the report checks its metrics are

@@ -40,30 +40,23 @@ MAX_LEN = 1024
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   seeds, smoke = credit_assignment.parse_arg(arg)
   c = frozenlake.get_config("grpo,smoke" if smoke else "grpo")
-  ca = credit_assignment.get_config().sweep
   horizon = {
     "env": {"options": {"max_steps": HORIZON}},
     "rollout": {"max_turns": HORIZON, "max_total_tokens": MAX_LEN},
     "sampler": {"max_len": MAX_LEN},
     "length_buckets": (128, 192, 256, 320, 384, 512, 640, 768, 896, MAX_LEN),
   }
-  c.sweep = ml_collections.ConfigDict(
-    {
-      "name": "frozenlake_horizon",
-      "envs": {"frozenlake": credit_assignment.ENVS["frozenlake"]},
-      "estimators": ESTIMATORS,
-      "seeds": seeds,
-      "smoke": smoke,
-      "baseline": "grpo",
-      "overrides": {**ca.overrides.to_dict(), **horizon},
-      "shared_sft": True,
-      "checks": (),
-    }
-  )
-  if smoke:  # smoke-size runs that still take more than the default 3 moves
-    c.sweep.seeds = (0,)
-    c.sweep.overrides = {
+  c.sweep = credit_assignment.one_env_sweep(
+    "frozenlake_horizon",
+    "frozenlake",
+    ESTIMATORS,
+    seeds,
+    smoke,
+    changes=horizon,
+    # smoke-size runs that still take more than the default 3 moves
+    smoke_changes={
       "env": {"options": {"max_steps": 5}},
       "rollout": {"max_turns": 5},
-    }
+    },
+  )
   return c

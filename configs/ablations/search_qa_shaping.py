@@ -38,25 +38,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   smoke = "smoke" in parts
   c = search_qa.get_config("grpo,smoke" if smoke else "grpo")
   no_progress = {"rewards": {"verifier": {"weights": {"progress": 0.0}}}}
-  c.sweep = ml_collections.ConfigDict(
-    {
-      "name": "search_qa_shaping",
-      "envs": {"search_qa": credit_assignment.ENVS["search_qa"]},
-      "estimators": ESTIMATORS,
-      "seeds": credit_assignment.SEEDS,
-      "smoke": smoke,
-      "baseline": "grpo",
-      # The credit-assignment sweep's size, and no retrieval shaping.
-      "overrides": {
-        "rl": {"steps": 30},
-        "tasks": {"eval_counts": (128,)},
-        **no_progress,
-      },
-      "shared_sft": True,
-      "checks": (),
-    }
+  # The credit-assignment sweep's size, and no retrieval shaping.
+  c.sweep = credit_assignment.one_env_sweep(
+    "search_qa_shaping",
+    "search_qa",
+    ESTIMATORS,
+    credit_assignment.SEEDS,
+    smoke,
+    changes=no_progress,
+    smoke_changes=no_progress,
   )
-  if smoke:
-    c.sweep.seeds = (0,)
-    c.sweep.overrides = no_progress
   return c

@@ -34,21 +34,7 @@ ESTIMATORS = ("grpo", "grpo_return", "gigpo")
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   seeds, smoke = credit_assignment.parse_arg(arg)
   c = sokoban.get_config("grpo,smoke" if smoke else "grpo")
-  ca = credit_assignment.get_config().sweep
-  c.sweep = ml_collections.ConfigDict(
-    {
-      "name": "sokoban_reward_input",
-      "envs": {"sokoban": credit_assignment.ENVS["sokoban"]},
-      "estimators": ESTIMATORS,
-      "seeds": seeds,
-      "smoke": smoke,
-      "baseline": "grpo",
-      "overrides": ca.overrides.to_dict(),
-      "shared_sft": True,
-      "checks": (),
-    }
+  c.sweep = credit_assignment.one_env_sweep(
+    "sokoban_reward_input", "sokoban", ESTIMATORS, seeds, smoke
   )
-  if smoke:
-    c.sweep.seeds = (0,)
-    c.sweep.overrides = {}
   return c
