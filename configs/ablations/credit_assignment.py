@@ -96,7 +96,8 @@ def one_env_sweep(
   """A follow-up sweep of one of this sweep's arms: its size, its shared
   SFT stages and GRPO baseline, with `changes` added to every run's
   overrides (a one-seed sweep of smoke runs with `smoke_changes` only, if
-  `smoke`)."""
+  `smoke`). A top-level key of `changes` replaces that key's overrides
+  whole; this sweep's own set only `rl` and `tasks`."""
   overrides = {**get_config().sweep.overrides.to_dict(), **(changes or {})}
   return ml_collections.ConfigDict(
     {
