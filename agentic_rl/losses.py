@@ -442,3 +442,126 @@ def dpo_loss(
     "reward_margin": mean(margin_B),
     "reward_accuracy": mean((margin_B > 0).astype(jnp.float32)),
   }
+
+
+# ---------------------------------------------------------------------------
+# Distillation: token-level divergence from a teacher's distributions.
+
+Divergence = Literal["forward_kl", "reverse_kl", "jsd"]
+DIVERGENCES: tuple[str, ...] = ("forward_kl", "reverse_kl", "jsd")
+
+
+def token_divergence(
+  student_logits_BxLxV: jax.Array,
+  teacher_logits_BxLxV: jax.Array,
+  kind: Divergence = "forward_kl",
+  temperature: float = 1.0,
+  beta: float = 0.5,
+) -> jax.Array:
+  """Per-token divergence between teacher (p) and student (q) next-token
+  distributions, aligned like `token_logp` (entry t compares the two
+  distributions over token t; 0 at t = 0). Both softened by `temperature`.
+
+  * `forward_kl`: KL(p || q) = sum_v p (log p - log q). Hinton et al.
+    (2015) knowledge distillation; covers every mode of the teacher.
+  * `reverse_kl`: KL(q || p). Mode-seeking; the divergence of MiniLLM
+    (Gu et al. 2024) and of on-policy distillation.
+  * `jsd`: the generalized Jensen-Shannon divergence of GKD (Agarwal et al.
+    2024), beta KL(p || m) + (1 - beta) KL(q || m) with
+    m = beta p + (1 - beta) q; bounded, 0 < beta < 1.
+
+  Teacher logits carry no gradient. Returned values are scaled by
+  temperature**2 so gradient sizes do not shrink with the temperature
+  (Hinton et al.).
+  """
+  if kind not in DIVERGENCES:
+    raise LossConfigError(f"unknown divergence {kind!r}; one of {DIVERGENCES}")
+  if temperature <= 0:
+    raise LossConfigError(f"temperature must be > 0, got {temperature}")
+  if kind == "jsd" and not 0.0 < beta < 1.0:
+    raise LossConfigError(f"jsd beta must be in (0, 1), got {beta}")
+  if student_logits_BxLxV.shape != teacher_logits_BxLxV.shape:
+    raise LossShapeError(
+      f"student logits {student_logits_BxLxV.shape} and teacher logits "
+      f"{teacher_logits_BxLxV.shape} must have one [B, L, V] shape (same "
+      "vocabulary)"
+    )
+  if student_logits_BxLxV.ndim != 3:
+    raise LossShapeError(
+      f"logits must be [B, L, V], got {student_logits_BxLxV.shape}"
+    )
+
+  def log_softmax(logits_BxLxV: jax.Array) -> jax.Array:
+    x_BxMxV = logits_BxLxV[:, :-1].astype(jnp.float32) / temperature
+    return jax.nn.log_softmax(x_BxMxV, axis=-1)
+
+  logq_BxMxV = log_softmax(student_logits_BxLxV)
+  logp_BxMxV = jax.lax.stop_gradient(log_softmax(teacher_logits_BxLxV))
+
+  def kl(loga_BxMxV: jax.Array, logb_BxMxV: jax.Array) -> jax.Array:
+    # xlogy-style: a term with a = 0 is 0 even where log b = -inf.
+    a_BxMxV = jnp.exp(loga_BxMxV)
+    terms = jnp.where(a_BxMxV > 0, a_BxMxV * (loga_BxMxV - logb_BxMxV), 0.0)
+    return jnp.sum(terms, axis=-1)
+
+  if kind == "forward_kl":
+    div_BxM = kl(logp_BxMxV, logq_BxMxV)
+  elif kind == "reverse_kl":
+    div_BxM = kl(logq_BxMxV, logp_BxMxV)
+  else:
+    logm_BxMxV = jnp.logaddexp(
+      jnp.log(beta) + logp_BxMxV, jnp.log1p(-beta) + logq_BxMxV
+    )
+    div_BxM = beta * kl(logp_BxMxV, logm_BxMxV) + (1.0 - beta) * kl(
+      logq_BxMxV, logm_BxMxV
+    )
+  return _shift_right(div_BxM * temperature**2)
+
+
+def top1_agreement(
+  student_logits_BxLxV: jax.Array, teacher_logits_BxLxV: jax.Array
+) -> jax.Array:
+  """1.0 where both put their highest logit on the same next token (aligned
+  like `token_logp`; 0 at t = 0)."""
+  same_BxM = jnp.argmax(student_logits_BxLxV[:, :-1], -1) == jnp.argmax(
+    teacher_logits_BxLxV[:, :-1], -1
+  )
+  return _shift_right(same_BxM.astype(jnp.float32))
+
+
+def distill_loss(
+  div_BxL: jax.Array,
+  logp_BxL: jax.Array,
+  loss_mask_BxL: jax.Array,
+  kd_coef: float = 1.0,
+  sft_coef: float = 0.0,
+  agg: AggMode = "token-mean",
+  norm_length: int | None = None,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """kd_coef * agg(divergence) + sft_coef * agg(-log q(token)), both over the
+  loss-mask tokens (the actions; prompts and observations are context).
+
+  With sft_coef > 0 the student also fits the sampled tokens themselves:
+  for rejection-sampled teacher trajectories that is sequence-level
+  distillation (Kim & Rush 2016), and `div_BxL` the token-level part.
+  """
+  if kd_coef < 0 or sft_coef < 0 or kd_coef + sft_coef <= 0:
+    raise LossConfigError(
+      f"kd_coef ({kd_coef}) and sft_coef ({sft_coef}) must be >= 0 and not "
+      "both 0"
+    )
+  _check_same_shape(
+    div_BxL=div_BxL, logp_BxL=logp_BxL, loss_mask_BxL=loss_mask_BxL
+  )
+  kd = aggregate(div_BxL, loss_mask_BxL, agg, norm_length)
+  nll = aggregate(-logp_BxL, loss_mask_BxL, agg, norm_length)
+  loss = kd_coef * kd + sft_coef * nll
+  token_nll = masked_mean(-logp_BxL, loss_mask_BxL)
+  return loss, {
+    "loss": loss,
+    "divergence": kd,
+    "divergence_per_token": masked_mean(div_BxL, loss_mask_BxL),
+    "nll_per_token": token_nll,
+    "perplexity": jnp.exp(token_nll),
+    "tokens": jnp.sum(loss_mask_BxL.astype(jnp.float32)),
+  }

@@ -389,3 +389,96 @@ def test_extreme_log_ratio_stays_finite():
   loss, m = losses.policy_loss(logp, old, adv, mask, PolicyLossConfig())
   np.testing.assert_allclose(loss, math.exp(losses.MAX_LOG_RATIO), rtol=1e-5)
   assert all(np.isfinite(float(v)) for v in m.values())
+
+
+# ---------------------------------------------------------------------------
+# Distillation divergences.
+
+
+def _two_token_logits(student_row, teacher_row):
+  """[1, 2, V] logits whose position 0 predicts token 1."""
+  s = jnp.asarray([[student_row, [0.0] * len(student_row)]], jnp.float32)
+  t = jnp.asarray([[teacher_row, [0.0] * len(teacher_row)]], jnp.float32)
+  return s, t
+
+
+def test_divergences_match_hand_values():
+  # teacher p = (1/4, 3/4), student q = (1/2, 1/2)
+  s, t = _two_token_logits([0.0, 0.0], [0.0, math.log(3.0)])
+  fwd = 0.25 * math.log(0.25 / 0.5) + 0.75 * math.log(0.75 / 0.5)
+  rev = 0.5 * math.log(0.5 / 0.25) + 0.5 * math.log(0.5 / 0.75)
+  m = (0.375, 0.625)  # beta = 0.5 mixture
+  jsd = 0.5 * (0.25 * math.log(0.25 / m[0]) + 0.75 * math.log(0.75 / m[1]))
+  jsd += 0.5 * (0.5 * math.log(0.5 / m[0]) + 0.5 * math.log(0.5 / m[1]))
+  for kind, want in (("forward_kl", fwd), ("reverse_kl", rev), ("jsd", jsd)):
+    div = np.asarray(losses.token_divergence(s, t, kind))
+    assert div.shape == (1, 2)
+    assert div[0, 0] == 0.0  # nothing predicts the first token
+    np.testing.assert_allclose(div[0, 1], want, rtol=1e-5, err_msg=kind)
+
+
+def test_divergence_temperature_scales_by_its_square():
+  rng = np.random.default_rng(0)
+  s = jnp.asarray(rng.normal(size=(2, 5, 7)), jnp.float32)
+  t = jnp.asarray(rng.normal(size=(2, 5, 7)), jnp.float32)
+  for kind in losses.DIVERGENCES:
+    hot = losses.token_divergence(s, t, kind, temperature=2.0)
+    cold = losses.token_divergence(s / 2.0, t / 2.0, kind, temperature=1.0)
+    np.testing.assert_allclose(hot, 4.0 * cold, rtol=1e-5, err_msg=kind)
+
+
+def test_divergences_are_zero_at_the_teacher_and_grad_free_for_it():
+  rng = np.random.default_rng(1)
+  t = jnp.asarray(rng.normal(size=(2, 6, 9)), jnp.float32)
+  for kind in losses.DIVERGENCES:
+    np.testing.assert_allclose(
+      losses.token_divergence(t, t, kind), 0.0, atol=1e-6
+    )
+
+    def total(s_logits, t_logits, kind=kind):
+      return jnp.sum(losses.token_divergence(s_logits, t_logits, kind))
+
+    s = t + jnp.asarray(rng.normal(size=t.shape), jnp.float32)
+    g_student, g_teacher = jax.grad(total, argnums=(0, 1))(s, t)
+    assert float(jnp.abs(g_student).sum()) > 0
+    assert float(jnp.abs(g_teacher).sum()) == 0.0, kind
+  # jsd with beta = 0.5 is symmetric in its two distributions
+  np.testing.assert_allclose(
+    losses.token_divergence(s, t, "jsd"),
+    losses.token_divergence(t, s, "jsd"),
+    rtol=1e-5,
+  )
+
+
+def test_forward_kl_is_finite_when_the_teacher_rules_tokens_out():
+  s, t = _two_token_logits([0.0, 0.0, 0.0], [0.0, 0.0, -jnp.inf])
+  div = losses.token_divergence(s, t, "forward_kl")
+  np.testing.assert_allclose(div[0, 1], math.log(1.5), rtol=1e-6)
+  g = jax.grad(lambda x: losses.token_divergence(x, t).sum())(s)
+  assert np.isfinite(np.asarray(g)).all()
+
+
+def test_distill_loss_combines_kd_and_nll_over_the_mask():
+  div = jnp.asarray([[0.0, 1.0, 3.0, 5.0]])
+  logp = jnp.asarray([[0.0, -1.0, -2.0, -9.0]])
+  mask = jnp.asarray([[0, 1, 1, 0]])
+  loss, m = losses.distill_loss(div, logp, mask, kd_coef=0.5, sft_coef=2.0)
+  np.testing.assert_allclose(m["divergence"], 2.0)  # (1 + 3) / 2
+  np.testing.assert_allclose(m["nll_per_token"], 1.5)
+  np.testing.assert_allclose(loss, 0.5 * 2.0 + 2.0 * 1.5)
+  assert float(m["tokens"]) == 2.0
+
+
+def test_distillation_settings_are_checked():
+  s, t = _two_token_logits([0.0, 0.0], [0.0, 1.0])
+  with pytest.raises(losses.LossConfigError, match="divergence"):
+    losses.token_divergence(s, t, "kl")
+  with pytest.raises(losses.LossConfigError, match="temperature"):
+    losses.token_divergence(s, t, temperature=0.0)
+  with pytest.raises(losses.LossConfigError, match="beta"):
+    losses.token_divergence(s, t, "jsd", beta=1.0)
+  with pytest.raises(losses.LossShapeError, match="vocabulary"):
+    losses.token_divergence(s, jnp.zeros((1, 2, 3)))
+  z = jnp.zeros((1, 2))
+  with pytest.raises(losses.LossConfigError, match="both 0"):
+    losses.distill_loss(z, z, z, kd_coef=0.0, sft_coef=0.0)

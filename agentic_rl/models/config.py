@@ -5,10 +5,11 @@ static metadata and be closed over by jitted functions. Dtypes are stored as
 strings ("float32", "bfloat16") so a config round-trips through
 ml_collections and JSON; `compute_dtype` / `weight_dtype` give the jnp types.
 
-Presets: "tiny" (about 1M parameters, for CPU research and tests),
-"qwen3-bench" (the sampler benchmark's shape) and the real shapes of
-Qwen2.5-0.5B, Qwen3-0.6B and Llama-3.2-1B, meant for abstract instantiation
-(`nnx.eval_shape`) and sharding plans, or for loading real weights.
+Presets: "tiny" (about 1M parameters, for CPU research and tests), "nano"
+(a quarter of tiny, a student to distill into), "qwen3-bench" (the sampler
+benchmark's shape) and the real shapes of Qwen2.5-0.5B, Qwen3-0.6B and
+Llama-3.2-1B, meant for abstract instantiation (`nnx.eval_shape`) and
+sharding plans, or for loading real weights.
 """
 
 from __future__ import annotations
@@ -136,6 +137,22 @@ PRESETS: dict[str, ModelConfig] = {
     n_kv_heads=2,
     head_dim=32,
     mlp_dim=384,
+    rope_theta=10_000.0,
+    norm_eps=1e-6,
+    qk_norm=True,
+    tie_embeddings=True,
+    max_len=1024,
+  ),
+  # A student for distillation tests and studies: a quarter of tiny's
+  # parameters (half the width; same depth, heads and vocabulary).
+  "nano": ModelConfig(
+    vocab_size=512,
+    d_model=64,
+    n_layers=4,
+    n_heads=4,
+    n_kv_heads=2,
+    head_dim=16,
+    mlp_dim=192,
     rope_theta=10_000.0,
     norm_eps=1e-6,
     qk_norm=True,

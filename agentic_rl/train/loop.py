@@ -6,7 +6,12 @@
             sampler, reward stack, estimator, rollout driver, checkpoints,
             metric writer; resume from the latest checkpoint if any.
   SFT       expert demonstrations (`rollout.demos`) in the rollout's own
-            token framing, cross-entropy on policy tokens only.
+            token framing, cross-entropy on policy tokens only. With
+            `distill.teacher` set (the workdir of a finished run), the
+            cold start is distillation instead: the teacher plays the
+            training tasks, its verified successes are kept (rejection
+            sampling) and the student matches the teacher's next-token
+            distributions on them (`train.distill`).
   RL        sample tasks -> roll out G per task -> score (reward stack) ->
             pack -> estimate advantages (configured estimator) -> clipped
             policy-gradient epochs -> log -> evaluate every N -> checkpoint.
@@ -29,11 +34,12 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 
 from agentic_rl import estimators, losses, rewards
 from agentic_rl import sharding as shd
-from agentic_rl.data import packing
+from agentic_rl.data import packing, trajectory_io
 from agentic_rl.data.pool import TaskPool
 from agentic_rl.models.config import get_preset
 from agentic_rl.models.tokenizer import build_env_tokenizer
@@ -46,22 +52,28 @@ from agentic_rl.rollout import (
 )
 from agentic_rl.rollout import evaluate as evaluate_policy
 from agentic_rl.rollout.demos import expert_trajectories
+from agentic_rl.rollout.rejection import RejectionConfig, rejection_sample
 from agentic_rl.train import batching
+from agentic_rl.train import distill as distill_lib
 from agentic_rl.train import step as step_lib
 from agentic_rl.train.checkpoint import Checkpointer
 from agentic_rl.train.logging import JSONL_NAME, MetricWriter
 from agentic_rl.train.sft import make_sft_step
 from agentic_rl.train.state import (
+  Layout,
   OptimizerConfig,
   TrainState,
+  abstract_train_state,
   copy_model,
   create_train_state,
+  make_layout,
   make_optimizer,
 )
 from agentic_rl.types import TrajectoryBatch, turns_to_tokens
 
 CONSOLE_KEYS = (
   "sft/loss",
+  "distill/loss",
   "success_rate",
   "return_mean",
   "loss",
@@ -257,7 +269,7 @@ class WarmStartError(ValueError):
 # differ (that is the point of sharing one SFT across an ablation).
 _WARM_START_FIELDS = (
   "seed", "model", "env", "tasks", "sampler", "rollout", "length_buckets",
-  "sft", "rl.optimizer",
+  "sft", "distill", "rl.optimizer",
 )  # fmt: skip
 
 
@@ -338,12 +350,19 @@ def _mean_metrics(history: list[dict[str, float]]) -> dict[str, float]:
 
 
 def sft(run: Run) -> None:
-  """Cold start: expert demos, cross-entropy on the policy's tokens."""
+  """Cold start: expert demos, cross-entropy on the policy's tokens; or,
+  with `distill.teacher` set, distillation from the teacher's verified
+  rollouts (`distill_data`, `train.distill`)."""
   cfg = run.config.sft
-  demo_tasks = list(run.train_pool)[: cfg.num_demos]
-  demos = expert_trajectories(
-    demo_tasks, run.rollout.env_factory, run.tokenizer, run.rollout.config
-  )
+  teacher = _distill_config(run.config).get("teacher")
+  if teacher:
+    demos, step_fn, prefix = distill_data(run, teacher)
+  else:
+    demo_tasks = list(run.train_pool)[: cfg.num_demos]
+    demos = expert_trajectories(
+      demo_tasks, run.rollout.env_factory, run.tokenizer, run.rollout.config
+    )
+    step_fn, prefix = run.sft_step, "sft"
   batch = _pack(demos, run.config)
   # SFT is one unit: the first checkpoint is written when it is done.
   epochs = -(-cfg.steps * cfg.batch_size // len(demos))
@@ -364,10 +383,130 @@ def sft(run: Run) -> None:
     run.host["sft_step"] += 1
     if run.host["sft_step"] % run.config.log_every == 0:
       run.writer.write_scalars(
-        run.host["sft_step"], {f"sft/{k}": v for k, v in m.items()}
+        run.host["sft_step"], {f"{prefix}/{k}": v for k, v in m.items()}
       )
 
-  run.state, _ = step_lib.run_steps(run.sft_step, run.state, minibatches, log)
+  run.state, _ = step_lib.run_steps(step_fn, run.state, minibatches, log)
+
+
+# ---------------------------------------------------------------------------
+# Distillation back: a finished run's policy teaches this run's model.
+
+
+class TeacherError(ValueError):
+  """`distill.teacher` does not name a finished run this one can learn from."""
+
+
+# Key stream of the teacher's rollouts (RL steps fold in 0, 1, 2, ...).
+_TEACHER_STREAM = 2**31 - 1
+
+
+def _distill_config(config) -> dict[str, Any]:
+  return dict(config.get("distill") or {})
+
+
+def load_policy(source: str, mesh) -> tuple[TrainState, Layout, Any]:
+  """The latest checkpointed state of the run in `source`, on `mesh`.
+
+  The model is rebuilt from that run's own config.json (preset, vocabulary,
+  sequence length), so it may differ in size from this run's. Returns
+  (state, layout, its config).
+  """
+  src = pathlib.Path(source)
+  if not (src / "config.json").is_file():
+    raise TeacherError(f"teacher {source!r}: no run there (no config.json)")
+  config = ml_collections.ConfigDict(
+    json.loads((src / "config.json").read_text())
+  )
+  model_config = _model_config(config, build_env_tokenizer())
+  opt = OptimizerConfig.from_dict(config.sft.optimizer)
+  abstract = abstract_train_state(model_config, opt)
+  layout = make_layout(abstract, mesh)
+  ckpt = Checkpointer(str(src / "checkpoints"), max_to_keep=None)
+  try:
+    if ckpt.latest_step() is None:
+      raise TeacherError(f"teacher {source!r}: it has no checkpoint")
+    state, host = ckpt.restore(abstract, layout)
+  finally:
+    ckpt.close()
+  config.host = {k: host[k] for k in ("phase", "sft_step", "rl_step")}
+  return state, layout, config
+
+
+def distill_data(run: Run, source: str):
+  """Rejection-sampled teacher rollouts and the jitted distillation step.
+
+  The teacher plays `distill.num_tasks` training tasks
+  `distill.samples_per_task` times (this run's environment, framing and
+  sampling settings at `distill.rollout_temperature`);
+  `rollout.rejection.accept` keeps its verified successes. Writes them to
+  `<workdir>/distill/kept.jsonl`, logs the selection (`distill/...` at
+  step 0) and the teacher's greedy held-out evaluation, and keeps both in
+  the run's host state for the summary.
+  """
+  cfg = _distill_config(run.config)
+  teacher, t_layout, t_config = load_policy(source, run.layout.mesh)
+  if t_config.env.name != run.config.env.name:
+    raise TeacherError(
+      f"teacher {source!r} was trained on {t_config.env.name!r}, this run "
+      f"plays {run.config.env.name!r}"
+    )
+  model = teacher.model.merge()
+  player = Rollout(
+    make_samplers(
+      model,
+      num_slots=run.config.sampler.num_slots,
+      max_len=run.config.sampler.max_len,
+      num_samplers=run.config.sampler.num_samplers,
+    ),
+    run.tokenizer,
+    run.rollout.env_factory,
+    run.stack,
+    run.rollout.config.replace(
+      group_size=cfg["samples_per_task"],
+      temperature=cfg["rollout_temperature"],
+    ),
+  )
+  tasks = list(run.train_pool)[: cfg["num_tasks"]]
+  key = jax.random.fold_in(jax.random.key(run.config.seed), _TEACHER_STREAM)
+  kept, _, stats = rejection_sample(
+    player,
+    tasks,
+    key,
+    RejectionConfig(
+      keep=cfg["keep"], max_per_task=cfg["max_per_task"], dedupe=True
+    ),
+  )
+  if not kept:
+    raise TeacherError(
+      f"teacher {source!r} solved none of {len(tasks)} tasks in "
+      f"{cfg['samples_per_task']} tries each: nothing to distill"
+    )
+  out = run.workdir / "distill"
+  out.mkdir(exist_ok=True)
+  trajectory_io.write_jsonl(out / "kept.jsonl", kept)
+  teacher_eval = evaluate_policy(player, run.eval_tasks, greedy=True)
+  stats["teacher_eval_success_rate"] = teacher_eval["success_rate"]
+  stats["teacher_params"] = float(
+    sum(x.size for x in jax.tree.leaves(teacher.model.params))
+  )
+  run.writer.write_scalars(0, {f"distill/{k}": v for k, v in stats.items()})
+  run.host["distill"] = {
+    "teacher": str(source),
+    "teacher_rl_step": t_config.host["rl_step"],
+    **stats,
+  }
+  step_fn = distill_lib.make_distill_step(
+    step_lib.StepConfig(
+      optimizer=OptimizerConfig.from_dict(run.config.sft.optimizer),
+      loss=losses.PolicyLossConfig(agg="token-mean"),
+    ),
+    distill_lib.DistillConfig.from_dict(cfg),
+    run.layout,
+    teacher.model,
+    t_layout.state.model,
+  )
+  return kept, step_fn, "distill"
 
 
 def _start_rl(run: Run) -> None:
@@ -508,6 +647,7 @@ def _summary(run: Run) -> dict[str, Any]:
     "success_after_sft": before and before["success_rate"],
     "success_after_rl": after and after["success_rate"],
     "rl_steps": run.host["rl_step"],
+    "distill": run.host.get("distill"),
     "evals": evals,
     "params": int(sum(x.size for x in jax.tree.leaves(run.state.model.params))),
     "step": int(jnp.asarray(run.state.step)),

@@ -2,13 +2,16 @@
 
 import math
 import pathlib
+import shutil
 
 import jax
 import numpy as np
 import pytest
 
+from agentic_rl.data import trajectory_io
 from agentic_rl.train import loop
 from agentic_rl.train.logging import read_jsonl
+from configs import distill as distill_configs
 from configs import sokoban
 
 
@@ -179,3 +182,52 @@ def test_search_qa_smoke_run_trains_on_tag_protocol_episodes(tmp_path):
     if "sft/loss" in r
   ]
   assert len(sft) == config.sft.steps and all(map(math.isfinite, sft))
+
+
+def _distill_config(teacher: pathlib.Path, source: str = "token"):
+  c = distill_configs.get_config(f"{source},smoke")
+  c.distill.teacher = str(teacher)
+  return c
+
+
+def test_distill_a_finished_run_into_a_smaller_student(sft_stage, tmp_path):
+  teacher, stage = sft_stage
+  config = _distill_config(teacher)
+  summary = loop.train(config, str(tmp_path))
+  d = summary["distill"]
+  assert d["teacher"] == str(teacher) and d["teacher_rl_step"] == 0
+  # Greedy play of the restored teacher reproduces its own evaluation.
+  assert d["teacher_eval_success_rate"] == stage["success_after_sft"]
+  assert summary["params"] < d["teacher_params"] / 3  # nano vs tiny
+  # keep="best": one trajectory per task, the first tasks of the train split
+  kept = trajectory_io.read_jsonl(tmp_path / "distill" / "kept.jsonl")
+  pool = loop.task_pool(config).split("train")
+  want = [t.id for t in list(pool)[: config.distill.num_tasks]]
+  assert [t.task.id for t in kept] == want
+  assert d["kept"] == len(kept) and d["samples"] == 2 * len(kept)
+  rows = read_jsonl(str(tmp_path / "logs" / "metrics.jsonl"))
+  steps = [r for r in rows if "distill/loss" in r]
+  assert len(steps) == config.sft.steps
+  assert all(math.isfinite(r["distill/divergence"]) for r in steps)
+  assert not any("sft/loss" in r for r in rows)
+  assert summary["success_after_sft"] is not None
+
+
+def test_bad_teachers_are_named_errors(sft_stage, tmp_path):
+  teacher, _ = sft_stage
+  with pytest.raises(loop.TeacherError, match="no config.json"):
+    loop.train(_distill_config(tmp_path / "nowhere"), str(tmp_path / "a"))
+  empty = tmp_path / "empty"
+  empty.mkdir()
+  shutil.copy(teacher / "config.json", empty / "config.json")
+  with pytest.raises(loop.TeacherError, match="no checkpoint"):
+    loop.train(_distill_config(empty), str(tmp_path / "b"))
+  config = _distill_config(teacher)
+  config.distill.keep = "success"  # the smoke teacher solves no level
+  with pytest.raises(loop.TeacherError, match="solved none of 4 tasks"):
+    loop.train(config, str(tmp_path / "c"))
+  config = _distill_config(teacher)
+  config.env.name = "frozenlake"
+  config.env.options = {}
+  with pytest.raises(loop.TeacherError, match="trained on 'sokoban'"):
+    loop.train(config, str(tmp_path / "d"))

@@ -1,0 +1,137 @@
+"""Distillation into a smaller student through the shared update step."""
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+
+from agentic_rl import losses
+from agentic_rl import sharding as shd
+from agentic_rl.train import distill
+from agentic_rl.train import state as st
+from agentic_rl.train import step as sp
+from tests.train.conftest import MODEL_CONFIG, OPT_CONFIG, make_batch
+
+KD_STEP = dataclasses.replace(
+  sp.StepConfig(optimizer=OPT_CONFIG),
+  loss=losses.PolicyLossConfig(agg="token-mean"),
+)
+# A quarter of the tiny preset's width, half its depth; same vocabulary.
+STUDENT_CONFIG = MODEL_CONFIG.replace(
+  d_model=64, n_layers=2, head_dim=16, mlp_dim=192
+)
+
+
+def teacher_state(mesh=None) -> tuple[st.TrainState, st.Layout]:
+  return st.create_train_state(MODEL_CONFIG, OPT_CONFIG, seed=7, mesh=mesh)
+
+
+def student_state(mesh=None) -> tuple[st.TrainState, st.Layout]:
+  return st.create_train_state(STUDENT_CONFIG, OPT_CONFIG, seed=0, mesh=mesh)
+
+
+def make_step(config=None, mesh=None):
+  config = config or distill.DistillConfig()
+  teacher, t_layout = teacher_state(mesh)
+  student, layout = student_state(mesh)
+  step = distill.make_distill_step(
+    KD_STEP, config, layout, teacher.model, t_layout.state.model
+  )
+  return step, student, teacher
+
+
+def test_loss_is_the_masked_divergence_from_the_teacher():
+  step, student, teacher = make_step()
+  batch = make_batch(0, 8)
+  s_logits = jax.jit(lambda m, x: m.merge()(x))(student.model, batch.tokens_BxL)
+  t_logits = jax.jit(lambda m, x: m.merge()(x))(teacher.model, batch.tokens_BxL)
+  # Reference: forward KL in numpy, position t from the logits at t - 1.
+  p = np.asarray(jax.nn.softmax(t_logits[:, :-1], -1), np.float64)
+  q = np.asarray(jax.nn.softmax(s_logits[:, :-1], -1), np.float64)
+  kl = np.pad((p * (np.log(p) - np.log(q))).sum(-1), ((0, 0), (1, 0)))
+  mask = np.asarray(batch.loss_mask_BxL) > 0
+  _, metrics = step(student, batch)
+  np.testing.assert_allclose(metrics["divergence"], kl[mask].mean(), rtol=1e-4)
+  np.testing.assert_allclose(metrics["loss"], kl[mask].mean(), rtol=1e-4)
+
+
+def test_student_moves_toward_the_teacher_and_the_teacher_stays():
+  step, student, teacher = make_step(
+    distill.DistillConfig(divergence="reverse_kl", sft_coef=0.1)
+  )
+  before = jax.device_get(teacher.model.params)
+  batch = make_batch(1, 8)
+  student, hist = sp.run_steps(step, student, [batch] * 12)
+  assert int(student.step) == 12
+  assert hist[-1]["divergence"] < 0.6 * hist[0]["divergence"]
+  assert hist[-1]["top1_agreement"] > hist[0]["top1_agreement"]
+  after = jax.device_get(teacher.model.params)
+  assert all(
+    np.array_equal(a, b)
+    for a, b in zip(
+      jax.tree.leaves(before), jax.tree.leaves(after), strict=True
+    )
+  )
+
+
+def test_a_copy_of_the_teacher_has_nothing_to_learn():
+  teacher, t_layout = teacher_state()
+  student, layout = teacher_state()  # same seed: the same weights
+  step = distill.make_distill_step(
+    KD_STEP,
+    distill.DistillConfig(),
+    layout,
+    teacher.model,
+    t_layout.state.model,
+  )
+  _, metrics = step(student, make_batch(2, 8))
+  assert float(metrics["divergence"]) < 1e-6
+  assert float(metrics["top1_agreement"]) == 1.0
+
+
+def test_teacher_with_another_vocabulary_is_refused():
+  teacher, t_layout = st.create_train_state(
+    MODEL_CONFIG.replace(vocab_size=256), OPT_CONFIG, seed=7
+  )
+  student, layout = student_state()
+  step = distill.make_distill_step(
+    KD_STEP,
+    distill.DistillConfig(),
+    layout,
+    teacher.model,
+    t_layout.state.model,
+  )
+  with pytest.raises(distill.DistillError, match="vocabulary"):
+    step(student, make_batch(0, 8))
+
+
+def test_config_checks():
+  with pytest.raises(losses.LossConfigError, match="divergence"):
+    distill.DistillConfig(divergence="kl")
+  with pytest.raises(losses.LossConfigError, match="both 0"):
+    distill.DistillConfig(kd_coef=0.0)
+  c = distill.DistillConfig.from_dict(
+    {"divergence": "jsd", "beta": 0.3, "teacher": "ignored"}
+  )
+  assert (c.divergence, c.beta) == ("jsd", 0.3)
+
+
+@pytest.mark.slow
+def test_sharded_distill_step_matches_single_device():
+  if len(jax.devices()) < 8:
+    pytest.skip("needs 8 (simulated) devices")
+  batch = make_batch(3, 8)
+  out = []
+  for shape in ((1, 1, 1), (2, 2, 2)):
+    step, student, teacher = make_step(mesh=shd.make_mesh(shape))
+    if shape == (2, 2, 2):  # the teacher really is split too
+      up = teacher.model.params["layers"][0]["mlp"]["up_proj"]["kernel"].value
+      assert up.sharding.spec == jax.sharding.PartitionSpec("fsdp", "tensor")
+    student, metrics = step(student, batch)
+    out.append(jax.device_get((student.model.params, metrics)))
+  (p1, m1), (p8, m8) = out
+  for k in ("loss", "divergence", "top1_agreement", "grad_norm"):
+    np.testing.assert_allclose(m1[k], m8[k], rtol=1e-4, atol=1e-6, err_msg=k)
+  for a, b in zip(jax.tree.leaves(p1), jax.tree.leaves(p8), strict=True):
+    np.testing.assert_allclose(a, b, atol=1e-4)
