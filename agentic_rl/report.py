@@ -44,6 +44,8 @@ import scipy.stats
 from agentic_rl.train.logging import read_jsonl
 
 SFT_PREFIX = "sft/"
+# Rows logged by a cold start (SFT on demonstrations, or distillation).
+COLD_START_PREFIXES = (SFT_PREFIX, "distill/")
 
 
 TRAIN_WINDOW = 5  # RL steps averaged at each end for the training gain
@@ -199,7 +201,7 @@ def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
 
 
 def _is_sft(row: Mapping[str, Any]) -> bool:
-  return any(k.startswith(SFT_PREFIX) for k in row)
+  return any(k.startswith(COLD_START_PREFIXES) for k in row)
 
 
 def sft_eval_row(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
@@ -942,5 +944,87 @@ def comparison_table(
     lines.append(
       f"| {r['estimator']} | `{r['metric']}` | {cells[0]} | {cells[1]} "
       f"| {_ci(r['b_minus_a'])} |"
+    )
+  return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------
+# Distillation studies: cold-start sources compared over seeds.
+
+DISTILL_KEYS = ("pass_at_k", "kept", "teacher_eval_success_rate")
+
+
+def load_distill_runs(root: str | os.PathLike) -> list[dict[str, Any]]:
+  """One row per finished run `<root>/<source>_seed<seed>/summary.json`.
+
+  Row: source, seed, params, the student's held-out success after its cold
+  start (and after RL, if any), and from distillation runs the teacher's
+  pass@K, the kept count and the teacher's held-out success.
+  """
+  rows = []
+  for path in sorted(pathlib.Path(root).glob("*_seed*/summary.json")):
+    source, _, seed = path.parent.name.rpartition("_seed")
+    if not seed.isdigit():
+      raise ReportError(f"{path.parent}: expected <source>_seed<N>")
+    summary = _read_json(path)
+    distill = summary.get("distill") or {}
+    rows.append(
+      {
+        "source": source,
+        "seed": int(seed),
+        "params": summary["params"],
+        "success": summary["success_after_sft"],
+        "success_after_rl": summary["success_after_rl"],
+        **{k: distill.get(k) for k in DISTILL_KEYS},
+      }
+    )
+  if not rows:
+    raise ReportError(f"no <source>_seed<N>/summary.json under {root}")
+  return rows
+
+
+def distill_summary(
+  rows: Sequence[Mapping[str, Any]], baseline: str = "expert"
+) -> dict[str, Any]:
+  """Per source: held-out success over seeds (mean, 95% t-interval), the
+  seed-paired difference to `baseline`, and the means of the distillation
+  statistics."""
+  by_source: dict[str, dict[int, Mapping[str, Any]]] = {}
+  for r in rows:
+    by_source.setdefault(r["source"], {})[r["seed"]] = r
+  base = {s: r["success"] for s, r in by_source.get(baseline, {}).items()}
+  out = {}
+  for source, runs in by_source.items():
+    success = {s: r["success"] for s, r in runs.items()}
+    stats = {
+      "seeds": sorted(runs),
+      "params": next(iter(runs.values()))["params"],
+      "success": t_interval(list(success.values())).to_dict(),
+      "vs_baseline": (
+        paired_difference(success, base).to_dict()
+        if source != baseline and base
+        else None
+      ),
+    }
+    for k in DISTILL_KEYS:
+      values = [r[k] for r in runs.values() if r[k] is not None]
+      stats[k] = float(np.mean(values)) if values else None
+    out[source] = stats
+  return out
+
+
+def distill_table(summary: Mapping[str, Any], baseline: str = "expert") -> str:
+  """The summary as a Markdown table."""
+  lines = [
+    "| cold start | params | seeds | held-out success | vs "
+    f"{baseline} (paired) | teacher pass@K | kept | teacher held-out |",
+    "|---|---|---|---|---|---|---|---|",
+  ]
+  for source, s in summary.items():
+    diff = "" if s["vs_baseline"] is None else _ci(s["vs_baseline"])
+    lines.append(
+      f"| {source} | {s['params']:,} | {len(s['seeds'])} | "
+      f"{_ci(s['success'])} | {diff} | {_fmt(s['pass_at_k'])} | "
+      f"{_fmt(s['kept'], 0)} | {_fmt(s['teacher_eval_success_rate'])} |"
     )
   return "\n".join(lines)

@@ -10,6 +10,7 @@ import pytest
 from agentic_rl import report
 
 T_975_2 = 4.302652729911275  # Student t quantile, 0.975, 2 dof
+T_975_1 = 12.706204736174707  # and 1 dof
 
 
 def test_t_interval_by_hand():
@@ -339,3 +340,55 @@ def test_compare_conditions_pairs_runs_by_seed(tmp_path):
     report.compare_conditions(
       tmp_path / "a", tmp_path / "b", "qa", ["gigpo"], ["eval/success_rate"]
     )
+
+
+def _distill_run(root, name, success, params=1000, distill=None):
+  d = root / name
+  d.mkdir()
+  summary = {
+    "params": params,
+    "success_after_sft": success,
+    "success_after_rl": success,
+    "distill": distill,
+  }
+  (d / "summary.json").write_text(json.dumps(summary))
+
+
+def test_distill_summary_by_hand(tmp_path):
+  for seed, s in enumerate((0.10, 0.20)):
+    _distill_run(tmp_path, f"expert_seed{seed}", s)
+  stats = {"pass_at_k": 0.5, "kept": 40, "teacher_eval_success_rate": 0.25}
+  for seed, s in enumerate((0.20, 0.40)):
+    _distill_run(tmp_path, f"token_seed{seed}", s, distill=stats)
+  _distill_run(tmp_path, "token_seed2", 0.60, distill={**stats, "kept": 70})
+  rows = report.load_distill_runs(tmp_path)
+  summary = report.distill_summary(rows)
+  assert summary["expert"]["vs_baseline"] is None
+  assert summary["expert"]["pass_at_k"] is None
+  token = summary["token"]
+  assert token["seeds"] == [0, 1, 2]
+  assert token["success"]["mean"] == pytest.approx(0.4)
+  # paired over seeds 0 and 1 only: differences 0.1 and 0.2
+  assert token["vs_baseline"]["n"] == 2
+  assert token["vs_baseline"]["mean"] == pytest.approx(0.15)
+  half = T_975_1 * np.std([0.1, 0.2], ddof=1) / 2**0.5
+  assert token["vs_baseline"]["hi"] == pytest.approx(0.15 + half)
+  assert token["kept"] == pytest.approx(50.0)
+  table = report.distill_table(summary)
+  assert "| token | 1,000 | 3 | 0.400 [" in table
+
+
+def test_distill_runs_bad_root(tmp_path):
+  with pytest.raises(report.ReportError, match="no <source>_seed"):
+    report.load_distill_runs(tmp_path)
+
+
+def test_cold_start_rows_are_not_rl_rows():
+  rows = [
+    {"step": 0, "distill/kept": 10.0},
+    {"step": 1, "distill/loss": 1.0},
+    {"step": 0, "eval/success_rate": 0.2},
+    {"step": 1, "loss": 0.5, "eval/success_rate": 0.3},
+  ]
+  assert report.sft_eval_row(rows) == rows[2]
+  assert [r["loss"] for r in report.rl_rows(rows)] == [0.5]
