@@ -44,8 +44,9 @@ import scipy.stats
 from agentic_rl.train.logging import read_jsonl
 
 SFT_PREFIX = "sft/"
-# Rows logged by a cold start (SFT on demonstrations, or distillation).
-COLD_START_PREFIXES = (SFT_PREFIX, "distill/")
+# Rows logged before RL: the cold start (SFT on demonstrations, or
+# distillation) and offline shaping (DPO).
+COLD_START_PREFIXES = (SFT_PREFIX, "distill/", "dpo/")
 
 
 TRAIN_WINDOW = 5  # RL steps averaged at each end for the training gain

@@ -99,6 +99,21 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     "batch_size": 32,
     "optimizer": _optimizer(3e-3, warmup=10),
   }
+  # Offline shaping between the cold start and RL (off at dpo_steps = 0):
+  # the policy plays num_tasks training levels samples_per_task times; the
+  # best and worst sample of a level (a verified success against a failure,
+  # pair_by="success"; or by return) make a DPO pair.
+  c.offline = {
+    "dpo_steps": 0,
+    "num_tasks": 256,
+    "samples_per_task": 4,
+    "rollout_temperature": 1.0,
+    "pair_by": "success",
+    "batch_size": 16,
+    "beta": 0.1,
+    "label_smoothing": 0.0,
+    "learning_rate": 1e-4,
+  }
   c.rl = {
     "steps": 50,
     "tasks_per_step": 8,
@@ -142,4 +157,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     }
     c.eval_every = 1
     c.checkpoint_every = 1
+    c.offline.update(
+      {
+        "num_tasks": 8,
+        "samples_per_task": 4,
+        "pair_by": "return",
+        "batch_size": 2,
+      }
+    )
   return c

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from collections.abc import Callable, Sequence
 from typing import Literal
 
@@ -147,17 +148,35 @@ def rejection_sample(
   return kept, trajectories, stats
 
 
+PAIR_MODES = ("success", "return")
+
+
 def preference_pairs(
   trajectories: Sequence[Trajectory],
   succeeded: Callable[[Trajectory], bool],
+  by: Literal["success", "return"] = "success",
 ) -> tuple[list[Trajectory], list[Trajectory]]:
-  """(chosen, rejected) for DPO: per task, the best verified success
-  against the lowest-return failure. Tasks all solved or all failed give
-  no pair. Feed the two lists to `train.dpo.pack_pairs`."""
+  """(chosen, rejected) for DPO, at most one pair a task.
+
+  `by="success"`: the best verified success against the lowest-return
+  failure; tasks all solved or all failed give no pair. `by="return"`: the
+  highest-return sample against the lowest, when their returns differ
+  (for policies that rarely succeed). Feed the two lists to
+  `train.dpo.pack_pairs`.
+  """
+  if by not in PAIR_MODES:
+    raise RejectionConfigError(f"by={by!r}: expected one of {PAIR_MODES}")
   chosen, rejected = [], []
   for group in _groups(trajectories):
-    wins = _ranked([t for t in group if succeeded(t)])
-    losses = _ranked([t for t in group if not succeeded(t)])
+    if by == "success":
+      wins = _ranked([t for t in group if succeeded(t)])
+      losses = _ranked([t for t in group if not succeeded(t)])
+    else:
+      ranked = _ranked(group)
+      same = math.isclose(
+        episode_return(ranked[0]), episode_return(ranked[-1]), abs_tol=1e-9
+      )
+      wins, losses = ([], []) if same else (ranked[:1], ranked[1:])
     if wins and losses:
       chosen.append(wins[0])
       rejected.append(losses[-1])

@@ -12,6 +12,10 @@
             training tasks, its verified successes are kept (rejection
             sampling) and the student matches the teacher's next-token
             distributions on them (`train.distill`).
+  offline   optional (`offline.dpo_steps` > 0): the cold-start policy plays
+            training tasks K times, the best and worst sample of each task
+            make a preference pair (`rollout.rejection.preference_pairs`),
+            and DPO updates it against its own frozen copy (`train.dpo`).
   RL        sample tasks -> roll out G per task -> score (reward stack) ->
             pack -> estimate advantages (configured estimator) -> clipped
             policy-gradient epochs -> log -> evaluate every N -> checkpoint.
@@ -52,9 +56,14 @@ from agentic_rl.rollout import (
 )
 from agentic_rl.rollout import evaluate as evaluate_policy
 from agentic_rl.rollout.demos import expert_trajectories
-from agentic_rl.rollout.rejection import RejectionConfig, rejection_sample
+from agentic_rl.rollout.rejection import (
+  RejectionConfig,
+  preference_pairs,
+  rejection_sample,
+)
 from agentic_rl.train import batching
 from agentic_rl.train import distill as distill_lib
+from agentic_rl.train import dpo as dpo_lib
 from agentic_rl.train import step as step_lib
 from agentic_rl.train.checkpoint import Checkpointer
 from agentic_rl.train.logging import JSONL_NAME, MetricWriter
@@ -74,6 +83,7 @@ from agentic_rl.types import TrajectoryBatch, turns_to_tokens
 CONSOLE_KEYS = (
   "sft/loss",
   "distill/loss",
+  "dpo/loss",
   "success_rate",
   "return_mean",
   "loss",
@@ -269,13 +279,17 @@ class WarmStartError(ValueError):
 # differ (that is the point of sharing one SFT across an ablation).
 _WARM_START_FIELDS = (
   "seed", "model", "env", "tasks", "sampler", "rollout", "length_buckets",
-  "sft", "distill", "rl.optimizer",
+  "sft", "distill", "offline", "rl.optimizer",
 )  # fmt: skip
 
 
 def _field(config_dict: dict[str, Any], dotted: str) -> Any:
   for part in dotted.split("."):
     config_dict = config_dict.get(part) if config_dict else None
+  if dotted == "distill" and not (config_dict or {}).get("teacher"):
+    return None  # no teacher: the same as a config without the section
+  if dotted == "offline" and not (config_dict or {}).get("dpo_steps"):
+    return None  # stage off: likewise
   return config_dict
 
 
@@ -509,6 +523,99 @@ def distill_data(run: Run, source: str):
   return kept, step_fn, "distill"
 
 
+# ---------------------------------------------------------------------------
+# Offline shaping: DPO on the policy's own best-vs-worst samples.
+
+
+class OfflineError(ValueError):
+  """The offline stage cannot run as configured (too few pairs)."""
+
+
+_OFFLINE_STREAM = 2**31 - 2  # key stream of the offline stage's rollouts
+
+
+def offline_dpo(run: Run) -> None:
+  """DPO after the cold start, when `offline.dpo_steps` > 0.
+
+  The policy plays `offline.num_tasks` training tasks
+  `offline.samples_per_task` times at `offline.rollout_temperature`;
+  `preference_pairs(by=offline.pair_by)` picks one pair a task; the
+  reference is the policy as it is now (frozen copy); fresh Adam moments
+  with the SFT optimizer at `offline.learning_rate`. Logs `dpo/...` (the
+  selection and the held-out success before DPO at step 0, the updates at
+  steps 1..N) and keeps the selection in the host state for the summary.
+  """
+  cfg = dict(run.config.get("offline") or {})
+  steps = cfg.get("dpo_steps", 0)
+  if not steps:
+    return
+  before = evaluate(run)  # also points the samplers at the current policy
+  player = Rollout(
+    run.rollout.samplers,
+    run.tokenizer,
+    run.rollout.env_factory,
+    run.stack,
+    run.rollout.config.replace(
+      group_size=cfg["samples_per_task"],
+      temperature=cfg["rollout_temperature"],
+    ),
+  )
+  tasks = list(run.train_pool)[: cfg["num_tasks"]]
+  key = jax.random.fold_in(jax.random.key(run.config.seed), _OFFLINE_STREAM)
+  trajectories = player.run(tasks, key)
+  chosen, rejected = preference_pairs(
+    trajectories, run.stack.succeeded, by=cfg["pair_by"]
+  )
+  batch_size = cfg["batch_size"]
+  if len(chosen) < batch_size:
+    raise OfflineError(
+      f"{len(chosen)} preference pairs (by {cfg['pair_by']!r}) from "
+      f"{len(tasks)} tasks x {cfg['samples_per_task']} samples; "
+      f"offline.batch_size is {batch_size}"
+    )
+  c_batch, r_batch = dpo_lib.pack_pairs(
+    chosen, rejected, length_buckets=tuple(run.config.length_buckets)
+  )
+  reference = copy_model(run.state.model)
+  pairs = dpo_lib.make_pairs(reference, c_batch, r_batch)
+  opt = OptimizerConfig.from_dict(
+    {**dict(run.config.sft.optimizer), "learning_rate": cfg["learning_rate"]}
+  )
+  init = jax.jit(
+    make_optimizer(opt).init, out_shardings=run.layout.state.opt_state
+  )
+  run.state = run.state.replace(opt_state=init(run.state.model.params))
+  step_fn = dpo_lib.make_dpo_step(
+    step_lib.StepConfig(optimizer=opt),
+    dpo_lib.DpoConfig(cfg["beta"], cfg["label_smoothing"]),
+    run.layout,
+  )
+  stats = {
+    "samples": float(len(trajectories)),
+    "sample_success_rate": float(
+      np.mean([run.stack.succeeded(t) for t in trajectories])
+    ),
+    "pairs": float(len(chosen)),
+    "pre_eval_success_rate": before["success_rate"],
+  }
+  run.writer.write_scalars(0, {f"dpo/{k}": v for k, v in stats.items()})
+  run.host["dpo"] = stats
+  epochs = -(-steps * batch_size // len(chosen))
+  order = itertools.islice(
+    step_lib.minibatch_order(len(chosen), batch_size, epochs, run.config.seed),
+    steps,
+  )
+  minibatches = (step_lib.select_rows(pairs, r, run.layout) for r in order)
+  count = itertools.count(1)
+
+  def log(m):
+    i = next(count)
+    if i % run.config.log_every == 0:
+      run.writer.write_scalars(i, {f"dpo/{k}": v for k, v in m.items()})
+
+  run.state, _ = step_lib.run_steps(step_fn, run.state, minibatches, log)
+
+
 def _start_rl(run: Run) -> None:
   """Fresh RL optimizer moments; the SFT policy becomes the reference."""
   opt = make_optimizer(OptimizerConfig.from_dict(run.config.rl.optimizer))
@@ -599,6 +706,7 @@ def train(config, workdir: str) -> dict[str, Any]:
     if run.host["phase"] == "sft":
       if run.host["sft_step"] < config.sft.steps:
         sft(run)
+      offline_dpo(run)
       ev = evaluate(run)
       run.writer.write_scalars(0, {f"eval/{k}": v for k, v in ev.items()})
       run.host["evals"].append(
@@ -648,6 +756,7 @@ def _summary(run: Run) -> dict[str, Any]:
     "success_after_rl": after and after["success_rate"],
     "rl_steps": run.host["rl_step"],
     "distill": run.host.get("distill"),
+    "dpo": run.host.get("dpo"),
     "evals": evals,
     "params": int(sum(x.size for x in jax.tree.leaves(run.state.model.params))),
     "step": int(jnp.asarray(run.state.step)),

@@ -89,6 +89,18 @@ def test_preference_pairs_best_success_against_worst_failure():
   assert rejected == [trajectories[3], trajectories[7]]
 
 
+def test_preference_pairs_by_return_ignore_ties():
+  trajectories, best = groups()
+  chosen, rejected = rj.preference_pairs(trajectories, won, by="return")
+  # task 0: 0.9 vs -0.5; task 1: -0.1 vs -0.7; task 2: 1.0 vs -1.0
+  assert chosen == [best, trajectories[4], trajectories[6]]
+  assert rejected == [trajectories[3], trajectories[5], trajectories[7]]
+  tie = [traj(5, [[1]], [0.5], 0.0), traj(5, [[2]], [0.5], 0.0)]
+  assert rj.preference_pairs(tie, won, by="return") == ([], [])
+  with pytest.raises(rj.RejectionConfigError, match="by="):
+    rj.preference_pairs(tie, won, by="outcome")
+
+
 def test_config_errors():
   with pytest.raises(rj.RejectionConfigError, match="keep"):
     rj.RejectionConfig(keep="all")

@@ -231,3 +231,37 @@ def test_bad_teachers_are_named_errors(sft_stage, tmp_path):
   config.env.options = {}
   with pytest.raises(loop.TeacherError, match="trained on 'sokoban'"):
     loop.train(config, str(tmp_path / "d"))
+
+
+def test_offline_dpo_between_sft_and_rl(sft_stage, tmp_path):
+  config = _config(1)
+  # Enough SFT that moves are valid and returns differ within a level.
+  config.sft.steps = 30
+  config.sft.optimizer.learning_rate = 3e-3
+  config.offline.dpo_steps = 3
+  summary = loop.train(config, str(tmp_path))
+  d = summary["dpo"]
+  assert d["samples"] == 32 and 2 <= d["pairs"] <= 8
+  assert 0.0 <= d["pre_eval_success_rate"] <= 1.0
+  rows = read_jsonl(str(tmp_path / "logs" / "metrics.jsonl"))
+  steps = sorted((r for r in rows if "dpo/loss" in r), key=lambda r: r["step"])
+  assert [r["step"] for r in steps] == [1, 2, 3]
+  # The reference is the policy itself at the first update: margin 0.
+  assert steps[0]["dpo/loss"] == pytest.approx(math.log(2.0), abs=1e-5)
+  assert steps[0]["dpo/reward_margin"] == pytest.approx(0.0, abs=1e-5)
+  assert steps[-1]["dpo/reward_margin"] > 0  # chosen pulled above rejected
+  assert summary["rl_steps"] == 1
+  # An SFT stage without the offline stage is not this run's cold start.
+  config = _config(1)
+  config.offline.dpo_steps = 3
+  config.init_from = str(sft_stage[0])
+  with pytest.raises(loop.WarmStartError, match="config.offline differs"):
+    loop.setup(config, str(tmp_path / "warm"))
+
+
+def test_offline_dpo_without_pairs_is_a_named_error(tmp_path):
+  # After 3 smoke SFT steps every move is malformed: all returns tie.
+  config = _config(0)
+  config.offline.dpo_steps = 1
+  with pytest.raises(loop.OfflineError, match="0 preference pairs"):
+    loop.train(config, str(tmp_path))
