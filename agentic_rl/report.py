@@ -987,15 +987,16 @@ def load_distill_runs(root: str | os.PathLike) -> list[dict[str, Any]]:
 def distill_summary(
   rows: Sequence[Mapping[str, Any]], baseline: str = "expert"
 ) -> dict[str, Any]:
-  """Per source: held-out success over seeds (mean, 95% t-interval), the
-  seed-paired difference to `baseline`, and the means of the distillation
-  statistics."""
+  """Per source (the baseline first, then by name): held-out success over
+  seeds (mean, 95% t-interval), the seed-paired difference to `baseline`,
+  and the means of the distillation statistics."""
   by_source: dict[str, dict[int, Mapping[str, Any]]] = {}
   for r in rows:
     by_source.setdefault(r["source"], {})[r["seed"]] = r
   base = {s: r["success"] for s, r in by_source.get(baseline, {}).items()}
   out = {}
-  for source, runs in by_source.items():
+  order = sorted(by_source, key=lambda name: (name != baseline, name))
+  for source, runs in ((name, by_source[name]) for name in order):
     success = {s: r["success"] for s, r in runs.items()}
     stats = {
       "seeds": sorted(runs),
@@ -1029,3 +1030,42 @@ def distill_table(summary: Mapping[str, Any], baseline: str = "expert") -> str:
       f"{_fmt(s['kept'], 0)} | {_fmt(s['teacher_eval_success_rate'])} |"
     )
   return "\n".join(lines)
+
+
+def plot_distill(
+  rows: Sequence[Mapping[str, Any]],
+  summary: Mapping[str, Any],
+  path: str | os.PathLike,
+) -> None:
+  """Held-out success by cold-start source: a bar per source (the mean),
+  a dot per seed, and the teacher's own held-out success as a line."""
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  names = list(summary)
+  fig, ax = plt.subplots(figsize=(7, 4))
+  for i, name in enumerate(names):
+    ax.bar(i, summary[name]["success"]["mean"], color=f"C{i}", alpha=0.5)
+    seeds = [r["success"] for r in rows if r["source"] == name]
+    ax.scatter([i] * len(seeds), seeds, color=f"C{i}", zorder=3, s=18)
+  teacher = [
+    s["teacher_eval_success_rate"]
+    for s in summary.values()
+    if s["teacher_eval_success_rate"] is not None
+  ]
+  if teacher:
+    ax.axhline(
+      float(np.mean(teacher)), color="0.3", ls="--", lw=1, label="teacher"
+    )
+    ax.legend(fontsize=8)
+  ax.set_xticks(range(len(names)))
+  ax.set_xticklabels(
+    [f"{n}\n{summary[n]['params'] / 1e6:.2f}M" for n in names], fontsize=8
+  )
+  ax.set_ylabel("held-out success after the cold start")
+  ax.grid(alpha=0.3, axis="y")
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)

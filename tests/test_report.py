@@ -376,6 +376,8 @@ def test_distill_summary_by_hand(tmp_path):
   assert token["kept"] == pytest.approx(50.0)
   table = report.distill_table(summary)
   assert "| token | 1,000 | 3 | 0.400 [" in table
+  report.plot_distill(rows, summary, tmp_path / "success.png")
+  assert (tmp_path / "success.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_distill_runs_bad_root(tmp_path):
