@@ -953,6 +953,20 @@ def comparison_table(
 # Distillation studies: cold-start sources compared over seeds.
 
 DISTILL_KEYS = ("pass_at_k", "kept", "teacher_eval_success_rate")
+# Training metrics of a distillation run, averaged over its last updates.
+DISTILL_FINAL = ("divergence_per_token", "top1_agreement", "nll_per_token")
+FINAL_WINDOW = 10
+
+
+def _distill_final(run_dir: pathlib.Path) -> dict[str, float | None]:
+  path = run_dir / "logs" / "metrics.jsonl"
+  rows = read_metrics(path) if path.exists() else []
+  out: dict[str, float | None] = {}
+  for k in DISTILL_FINAL:
+    values = [r[f"distill/{k}"] for r in rows if f"distill/{k}" in r]
+    tail = values[-FINAL_WINDOW:]
+    out[f"final_{k}"] = float(np.mean(tail)) if tail else None
+  return out
 
 
 def load_distill_runs(root: str | os.PathLike) -> list[dict[str, Any]]:
@@ -960,7 +974,9 @@ def load_distill_runs(root: str | os.PathLike) -> list[dict[str, Any]]:
 
   Row: source, seed, params, the student's held-out success after its cold
   start (and after RL, if any), and from distillation runs the teacher's
-  pass@K, the kept count and the teacher's held-out success.
+  pass@K, the kept count, the teacher's held-out success and, from the
+  metrics file, the last `FINAL_WINDOW` updates' mean divergence, top-1
+  agreement with the teacher and NLL of the kept tokens (`final_*`).
   """
   rows = []
   for path in sorted(pathlib.Path(root).glob("*_seed*/summary.json")):
@@ -977,6 +993,7 @@ def load_distill_runs(root: str | os.PathLike) -> list[dict[str, Any]]:
         "success": summary["success_after_sft"],
         "success_after_rl": summary["success_after_rl"],
         **{k: distill.get(k) for k in DISTILL_KEYS},
+        **_distill_final(path.parent),
       }
     )
   if not rows:
@@ -1008,8 +1025,9 @@ def distill_summary(
         else None
       ),
     }
-    for k in DISTILL_KEYS:
-      values = [r[k] for r in runs.values() if r[k] is not None]
+    finals = tuple(f"final_{k}" for k in DISTILL_FINAL)
+    for k in DISTILL_KEYS + finals:
+      values = [r[k] for r in runs.values() if r.get(k) is not None]
       stats[k] = float(np.mean(values)) if values else None
     out[source] = stats
   return out
@@ -1019,15 +1037,18 @@ def distill_table(summary: Mapping[str, Any], baseline: str = "expert") -> str:
   """The summary as a Markdown table."""
   lines = [
     "| cold start | params | seeds | held-out success | vs "
-    f"{baseline} (paired) | teacher pass@K | kept | teacher held-out |",
-    "|---|---|---|---|---|---|---|---|",
+    f"{baseline} (paired) | teacher pass@K | kept | teacher held-out | "
+    "top-1 agreement | divergence / token |",
+    "|---|---|---|---|---|---|---|---|---|---|",
   ]
   for source, s in summary.items():
     diff = "" if s["vs_baseline"] is None else _ci(s["vs_baseline"])
     lines.append(
       f"| {source} | {s['params']:,} | {len(s['seeds'])} | "
       f"{_ci(s['success'])} | {diff} | {_fmt(s['pass_at_k'])} | "
-      f"{_fmt(s['kept'], 0)} | {_fmt(s['teacher_eval_success_rate'])} |"
+      f"{_fmt(s['kept'], 0)} | {_fmt(s['teacher_eval_success_rate'])} | "
+      f"{_fmt(s['final_top1_agreement'])} | "
+      f"{_fmt(s['final_divergence_per_token'])} |"
     )
   return "\n".join(lines)
 

@@ -361,6 +361,16 @@ def test_distill_summary_by_hand(tmp_path):
   for seed, s in enumerate((0.20, 0.40)):
     _distill_run(tmp_path, f"token_seed{seed}", s, distill=stats)
   _distill_run(tmp_path, "token_seed2", 0.60, distill={**stats, "kept": 70})
+  # seed 2's log: 12 updates, agreement i / 12; the last 10 (i = 3..12)
+  # average 7.5 / 12
+  logs = tmp_path / "token_seed2" / "logs"
+  logs.mkdir()
+  lines = [{"step": 0, "distill/kept": 70.0}] + [
+    {"step": i, "distill/top1_agreement": i / 12} for i in range(1, 13)
+  ]
+  (logs / "metrics.jsonl").write_text(
+    "".join(json.dumps(r) + "\n" for r in lines)
+  )
   rows = report.load_distill_runs(tmp_path)
   summary = report.distill_summary(rows)
   assert summary["expert"]["vs_baseline"] is None
@@ -374,6 +384,8 @@ def test_distill_summary_by_hand(tmp_path):
   half = T_975_1 * np.std([0.1, 0.2], ddof=1) / 2**0.5
   assert token["vs_baseline"]["hi"] == pytest.approx(0.15 + half)
   assert token["kept"] == pytest.approx(50.0)
+  assert token["final_top1_agreement"] == pytest.approx(7.5 / 12)
+  assert token["final_divergence_per_token"] is None
   table = report.distill_table(summary)
   assert "| token | 1,000 | 3 | 0.400 [" in table
   report.plot_distill(rows, summary, tmp_path / "success.png")
