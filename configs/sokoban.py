@@ -112,6 +112,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     "batch_size": 16,
     "beta": 0.1,
     "label_smoothing": 0.0,
+    "sft_coef": 0.0,  # > 0: plus NLL of the chosen side (RPO)
     "learning_rate": 1e-4,
   }
   c.rl = {

@@ -587,7 +587,9 @@ def offline_dpo(run: Run) -> None:
   run.state = run.state.replace(opt_state=init(run.state.model.params))
   step_fn = dpo_lib.make_dpo_step(
     step_lib.StepConfig(optimizer=opt),
-    dpo_lib.DpoConfig(cfg["beta"], cfg["label_smoothing"]),
+    dpo_lib.DpoConfig(
+      cfg["beta"], cfg["label_smoothing"], cfg.get("sft_coef", 0.0)
+    ),
     run.layout,
   )
   stats = {

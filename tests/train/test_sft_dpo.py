@@ -93,9 +93,30 @@ def test_dpo_at_reference_is_log2_and_learns(rl_setup):
   assert hist[-1]["reward_accuracy"] == 1.0
 
 
+def test_dpo_sft_term_adds_the_chosen_nll(rl_setup):
+  state = fresh_state()
+  ref_model = st.copy_model(state.model)
+  chosen, rejected = dpo.pack_pairs(
+    make_trajectories(5, 4), make_trajectories(6, 4), length_buckets=(32,)
+  )
+  pairs = dpo.make_pairs(ref_model, chosen, rejected)
+  logp = np.asarray(sp.compute_logp(ref_model, chosen.tokens_BxL))
+  mask = np.asarray(chosen.loss_mask_BxL) > 0
+  nll = -logp[mask].mean()
+  loss, m = jax.jit(
+    lambda model, p: dpo.dpo_loss_fn(
+      model.merge(), p, dpo.DpoConfig(beta=0.5, sft_coef=2.0)
+    )
+  )(ref_model, pairs)
+  np.testing.assert_allclose(m["chosen_nll_per_token"], nll, rtol=1e-5)
+  np.testing.assert_allclose(loss, math.log(2.0) + 2.0 * nll, rtol=1e-5)
+
+
 def test_dpo_config_and_shape_errors():
   with pytest.raises(losses.LossConfigError):
     dpo.DpoConfig(beta=0.0)
+  with pytest.raises(losses.LossConfigError, match="sft_coef"):
+    dpo.DpoConfig(sft_coef=-1.0)
   a = make_batch(0, 2, length=32)
   b = make_batch(0, 2, length=64)
   with pytest.raises(dpo.PairError):
