@@ -419,6 +419,26 @@ def _distill_config(config) -> dict[str, Any]:
   return dict(config.get("distill") or {})
 
 
+def _offline_play(run: Run, samplers, cfg: dict[str, Any], stream: int):
+  """A rollout on `samplers` with the run's environments, framing and
+  rewards, `cfg["samples_per_task"]` episodes a task at
+  `cfg["rollout_temperature"]`; the first `cfg["num_tasks"]` training tasks;
+  and the key of `stream` (a function of the seed only)."""
+  player = Rollout(
+    samplers,
+    run.tokenizer,
+    run.rollout.env_factory,
+    run.stack,
+    run.rollout.config.replace(
+      group_size=cfg["samples_per_task"],
+      temperature=cfg["rollout_temperature"],
+    ),
+  )
+  tasks = list(run.train_pool)[: cfg["num_tasks"]]
+  key = jax.random.fold_in(jax.random.key(run.config.seed), stream)
+  return player, tasks, key
+
+
 def load_policy(source: str, mesh) -> tuple[TrainState, Layout, Any]:
   """The latest checkpointed state of the run in `source`, on `mesh`.
 
@@ -465,24 +485,13 @@ def distill_data(run: Run, source: str):
       f"teacher {source!r} was trained on {t_config.env.name!r}, this run "
       f"plays {run.config.env.name!r}"
     )
-  model = teacher.model.merge()
-  player = Rollout(
-    make_samplers(
-      model,
-      num_slots=run.config.sampler.num_slots,
-      max_len=run.config.sampler.max_len,
-      num_samplers=run.config.sampler.num_samplers,
-    ),
-    run.tokenizer,
-    run.rollout.env_factory,
-    run.stack,
-    run.rollout.config.replace(
-      group_size=cfg["samples_per_task"],
-      temperature=cfg["rollout_temperature"],
-    ),
+  samplers = make_samplers(
+    teacher.model.merge(),
+    num_slots=run.config.sampler.num_slots,
+    max_len=run.config.sampler.max_len,
+    num_samplers=run.config.sampler.num_samplers,
   )
-  tasks = list(run.train_pool)[: cfg["num_tasks"]]
-  key = jax.random.fold_in(jax.random.key(run.config.seed), _TEACHER_STREAM)
+  player, tasks, key = _offline_play(run, samplers, cfg, _TEACHER_STREAM)
   kept, _, stats = rejection_sample(
     player,
     tasks,
@@ -550,18 +559,9 @@ def offline_dpo(run: Run) -> None:
   if not steps:
     return
   before = evaluate(run)  # also points the samplers at the current policy
-  player = Rollout(
-    run.rollout.samplers,
-    run.tokenizer,
-    run.rollout.env_factory,
-    run.stack,
-    run.rollout.config.replace(
-      group_size=cfg["samples_per_task"],
-      temperature=cfg["rollout_temperature"],
-    ),
+  player, tasks, key = _offline_play(
+    run, run.rollout.samplers, cfg, _OFFLINE_STREAM
   )
-  tasks = list(run.train_pool)[: cfg["num_tasks"]]
-  key = jax.random.fold_in(jax.random.key(run.config.seed), _OFFLINE_STREAM)
   trajectories = player.run(tasks, key)
   chosen, rejected = preference_pairs(
     trajectories, run.stack.succeeded, by=cfg["pair_by"]

@@ -31,14 +31,17 @@ def student_state(mesh=None) -> tuple[st.TrainState, st.Layout]:
   return st.create_train_state(STUDENT_CONFIG, OPT_CONFIG, seed=0, mesh=mesh)
 
 
-def make_step(config=None, mesh=None):
+def step_against(teacher, t_layout, layout, config=None):
   config = config or distill.DistillConfig()
-  teacher, t_layout = teacher_state(mesh)
-  student, layout = student_state(mesh)
-  step = distill.make_distill_step(
+  return distill.make_distill_step(
     KD_STEP, config, layout, teacher.model, t_layout.state.model
   )
-  return step, student, teacher
+
+
+def make_step(config=None, mesh=None):
+  teacher, t_layout = teacher_state(mesh)
+  student, layout = student_state(mesh)
+  return step_against(teacher, t_layout, layout, config), student, teacher
 
 
 def test_loss_is_the_masked_divergence_from_the_teacher():
@@ -78,13 +81,7 @@ def test_student_moves_toward_the_teacher_and_the_teacher_stays():
 def test_a_copy_of_the_teacher_has_nothing_to_learn():
   teacher, t_layout = teacher_state()
   student, layout = teacher_state()  # same seed: the same weights
-  step = distill.make_distill_step(
-    KD_STEP,
-    distill.DistillConfig(),
-    layout,
-    teacher.model,
-    t_layout.state.model,
-  )
+  step = step_against(teacher, t_layout, layout)
   _, metrics = step(student, make_batch(2, 8))
   assert float(metrics["divergence"]) < 1e-6
   assert float(metrics["top1_agreement"]) == 1.0
@@ -95,13 +92,7 @@ def test_teacher_with_another_vocabulary_is_refused():
     MODEL_CONFIG.replace(vocab_size=256), OPT_CONFIG, seed=7
   )
   student, layout = student_state()
-  step = distill.make_distill_step(
-    KD_STEP,
-    distill.DistillConfig(),
-    layout,
-    teacher.model,
-    t_layout.state.model,
-  )
+  step = step_against(teacher, t_layout, layout)
   with pytest.raises(distill.DistillError, match="vocabulary"):
     step(student, make_batch(0, 8))
 
