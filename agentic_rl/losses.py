@@ -451,6 +451,25 @@ Divergence = Literal["forward_kl", "reverse_kl", "jsd"]
 DIVERGENCES: tuple[str, ...] = ("forward_kl", "reverse_kl", "jsd")
 
 
+def check_divergence(kind: str, temperature: float, beta: float) -> None:
+  """Raises `LossConfigError` for settings `token_divergence` rejects."""
+  if kind not in DIVERGENCES:
+    raise LossConfigError(f"unknown divergence {kind!r}; one of {DIVERGENCES}")
+  if temperature <= 0:
+    raise LossConfigError(f"temperature must be > 0, got {temperature}")
+  if kind == "jsd" and not 0.0 < beta < 1.0:
+    raise LossConfigError(f"jsd beta must be in (0, 1), got {beta}")
+
+
+def check_distill_coefs(kd_coef: float, sft_coef: float) -> None:
+  """Raises `LossConfigError` unless both are >= 0 and not both 0."""
+  if kd_coef < 0 or sft_coef < 0 or kd_coef + sft_coef <= 0:
+    raise LossConfigError(
+      f"kd_coef ({kd_coef}) and sft_coef ({sft_coef}) must be >= 0 and not "
+      "both 0"
+    )
+
+
 def token_divergence(
   student_logits_BxLxV: jax.Array,
   teacher_logits_BxLxV: jax.Array,
@@ -474,12 +493,7 @@ def token_divergence(
   temperature**2 so gradient sizes do not shrink with the temperature
   (Hinton et al.).
   """
-  if kind not in DIVERGENCES:
-    raise LossConfigError(f"unknown divergence {kind!r}; one of {DIVERGENCES}")
-  if temperature <= 0:
-    raise LossConfigError(f"temperature must be > 0, got {temperature}")
-  if kind == "jsd" and not 0.0 < beta < 1.0:
-    raise LossConfigError(f"jsd beta must be in (0, 1), got {beta}")
+  check_divergence(kind, temperature, beta)
   if student_logits_BxLxV.shape != teacher_logits_BxLxV.shape:
     raise LossShapeError(
       f"student logits {student_logits_BxLxV.shape} and teacher logits "
@@ -545,11 +559,7 @@ def distill_loss(
   for rejection-sampled teacher trajectories that is sequence-level
   distillation (Kim & Rush 2016), and `div_BxL` the token-level part.
   """
-  if kd_coef < 0 or sft_coef < 0 or kd_coef + sft_coef <= 0:
-    raise LossConfigError(
-      f"kd_coef ({kd_coef}) and sft_coef ({sft_coef}) must be >= 0 and not "
-      "both 0"
-    )
+  check_distill_coefs(kd_coef, sft_coef)
   _check_same_shape(
     div_BxL=div_BxL, logp_BxL=logp_BxL, loss_mask_BxL=loss_mask_BxL
   )

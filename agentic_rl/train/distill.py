@@ -52,21 +52,8 @@ class DistillConfig:
   sft_coef: float = 0.0
 
   def __post_init__(self):
-    if self.divergence not in losses.DIVERGENCES:
-      raise losses.LossConfigError(
-        f"unknown divergence {self.divergence!r}; one of {losses.DIVERGENCES}"
-      )
-    if self.temperature <= 0:
-      raise losses.LossConfigError(
-        f"temperature must be > 0: {self.temperature}"
-      )
-    if (
-      self.kd_coef < 0 or self.sft_coef < 0 or self.kd_coef + self.sft_coef <= 0
-    ):
-      raise losses.LossConfigError(
-        f"kd_coef ({self.kd_coef}) and sft_coef ({self.sft_coef}) must be "
-        ">= 0 and not both 0"
-      )
+    losses.check_divergence(self.divergence, self.temperature, self.beta)
+    losses.check_distill_coefs(self.kd_coef, self.sft_coef)
 
   @classmethod
   def from_dict(cls, d: Any) -> DistillConfig:

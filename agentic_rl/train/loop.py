@@ -74,6 +74,7 @@ from agentic_rl.train.state import (
   TrainState,
   abstract_train_state,
   copy_model,
+  count_params,
   create_train_state,
   make_layout,
   make_optimizer,
@@ -283,6 +284,18 @@ _WARM_START_FIELDS = (
 )  # fmt: skip
 
 
+def _restore_latest(src: pathlib.Path, abstract, layout, missing: Exception):
+  """(state, host) of the newest checkpoint of the run in `src`; raises
+  `missing` if it has none."""
+  ckpt = Checkpointer(str(src / "checkpoints"), max_to_keep=None)
+  try:
+    if ckpt.latest_step() is None:
+      raise missing
+    return ckpt.restore(abstract, layout)
+  finally:
+    ckpt.close()
+
+
 def _field(config_dict: dict[str, Any], dotted: str) -> Any:
   for part in dotted.split("."):
     config_dict = config_dict.get(part) if config_dict else None
@@ -313,13 +326,12 @@ def warm_start(config, source: str, state: TrainState, layout):
         f"init_from={source!r}: config.{field} differs from this run's "
         f"({_field(theirs, field)!r} vs {_field(ours, field)!r})"
       )
-  ckpt = Checkpointer(str(src / "checkpoints"), max_to_keep=1)
-  try:
-    if ckpt.latest_step() is None:
-      raise WarmStartError(f"init_from={source!r}: it has no checkpoint")
-    state, host = ckpt.restore(state, layout)
-  finally:
-    ckpt.close()
+  state, host = _restore_latest(
+    src,
+    state,
+    layout,
+    WarmStartError(f"init_from={source!r}: it has no checkpoint"),
+  )
   if host["phase"] != "rl" or host["rl_step"] != 0:
     raise WarmStartError(
       f"init_from={source!r}: its checkpoint is at phase {host['phase']!r}, "
@@ -368,7 +380,7 @@ def sft(run: Run) -> None:
   with `distill.teacher` set, distillation from the teacher's verified
   rollouts (`distill_data`, `train.distill`)."""
   cfg = run.config.sft
-  teacher = _distill_config(run.config).get("teacher")
+  teacher = _section(run.config, "distill").get("teacher")
   if teacher:
     demos, step_fn, prefix = distill_data(run, teacher)
   else:
@@ -415,8 +427,9 @@ class TeacherError(ValueError):
 _TEACHER_STREAM = 2**31 - 1
 
 
-def _distill_config(config) -> dict[str, Any]:
-  return dict(config.get("distill") or {})
+def _section(config, name: str) -> dict[str, Any]:
+  """An optional config section as a dict ({} when the config lacks it)."""
+  return dict(config.get(name) or {})
 
 
 def _offline_play(run: Run, samplers, cfg: dict[str, Any], stream: int):
@@ -439,12 +452,12 @@ def _offline_play(run: Run, samplers, cfg: dict[str, Any], stream: int):
   return player, tasks, key
 
 
-def load_policy(source: str, mesh) -> tuple[TrainState, Layout, Any]:
+def load_policy(source: str, mesh) -> tuple[TrainState, Layout, Any, dict]:
   """The latest checkpointed state of the run in `source`, on `mesh`.
 
   The model is rebuilt from that run's own config.json (preset, vocabulary,
   sequence length), so it may differ in size from this run's. Returns
-  (state, layout, its config).
+  (state, layout, its config, its host bookkeeping).
   """
   src = pathlib.Path(source)
   if not (src / "config.json").is_file():
@@ -456,15 +469,13 @@ def load_policy(source: str, mesh) -> tuple[TrainState, Layout, Any]:
   opt = OptimizerConfig.from_dict(config.sft.optimizer)
   abstract = abstract_train_state(model_config, opt)
   layout = make_layout(abstract, mesh)
-  ckpt = Checkpointer(str(src / "checkpoints"), max_to_keep=None)
-  try:
-    if ckpt.latest_step() is None:
-      raise TeacherError(f"teacher {source!r}: it has no checkpoint")
-    state, host = ckpt.restore(abstract, layout)
-  finally:
-    ckpt.close()
-  config.host = {k: host[k] for k in ("phase", "sft_step", "rl_step")}
-  return state, layout, config
+  state, host = _restore_latest(
+    src,
+    abstract,
+    layout,
+    TeacherError(f"teacher {source!r}: it has no checkpoint"),
+  )
+  return state, layout, config, host
 
 
 def distill_data(run: Run, source: str):
@@ -478,8 +489,8 @@ def distill_data(run: Run, source: str):
   step 0) and the teacher's greedy held-out evaluation, and keeps both in
   the run's host state for the summary.
   """
-  cfg = _distill_config(run.config)
-  teacher, t_layout, t_config = load_policy(source, run.layout.mesh)
+  cfg = _section(run.config, "distill")
+  teacher, t_layout, t_config, t_host = load_policy(source, run.layout.mesh)
   if t_config.env.name != run.config.env.name:
     raise TeacherError(
       f"teacher {source!r} was trained on {t_config.env.name!r}, this run "
@@ -510,13 +521,11 @@ def distill_data(run: Run, source: str):
   trajectory_io.write_jsonl(out / "kept.jsonl", kept)
   teacher_eval = evaluate_policy(player, run.eval_tasks, greedy=True)
   stats["teacher_eval_success_rate"] = teacher_eval["success_rate"]
-  stats["teacher_params"] = float(
-    sum(x.size for x in jax.tree.leaves(teacher.model.params))
-  )
+  stats["teacher_params"] = float(count_params(teacher.model))
   run.writer.write_scalars(0, {f"distill/{k}": v for k, v in stats.items()})
   run.host["distill"] = {
     "teacher": str(source),
-    "teacher_rl_step": t_config.host["rl_step"],
+    "teacher_rl_step": t_host["rl_step"],
     **stats,
   }
   step_fn = distill_lib.make_distill_step(
@@ -554,7 +563,7 @@ def offline_dpo(run: Run) -> None:
   selection and the held-out success before DPO at step 0, the updates at
   steps 1..N) and keeps the selection in the host state for the summary.
   """
-  cfg = dict(run.config.get("offline") or {})
+  cfg = _section(run.config, "offline")
   steps = cfg.get("dpo_steps", 0)
   if not steps:
     return
@@ -760,6 +769,6 @@ def _summary(run: Run) -> dict[str, Any]:
     "distill": run.host.get("distill"),
     "dpo": run.host.get("dpo"),
     "evals": evals,
-    "params": int(sum(x.size for x in jax.tree.leaves(run.state.model.params))),
+    "params": count_params(run.state.model),
     "step": int(jnp.asarray(run.state.step)),
   }
