@@ -36,6 +36,9 @@ AGG_MODES: tuple[str, ...] = (
 )
 KlEstimator = Literal["k1", "k2", "k3"]
 KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
+Divergence = Literal["forward_kl", "reverse_kl", "jsd"]
+DIVERGENCES: tuple[str, ...] = ("forward_kl", "reverse_kl", "jsd")
+
 # exp(20) ~ 5e8: far beyond any clip range, far below float32 overflow.
 MAX_LOG_RATIO = 20.0
 
@@ -203,6 +206,14 @@ class PolicyLossConfig:
   advantages the per-token loss is capped at -adv * clip_c, so a huge ratio
   on a bad action cannot blow up the update. `kl_coef` > 0 needs reference
   log-probs; `entropy_coef` > 0 needs entropies.
+
+  Teacher guidance (on-policy distillation): `teacher_coef` > 0 adds
+  teacher_coef * agg(D(teacher || student)) on the student's own sampled
+  tokens, D being `token_divergence(teacher_divergence, teacher_temperature,
+  teacher_beta)` over the whole vocabulary at each position; it needs the
+  per-token divergences. `pg_coef` weighs the policy-gradient term: 0 with a
+  teacher is pure on-policy distillation (GKD with lambda = 1), 1 is RL
+  with a teacher term, as the KL term is RL with a reference.
   """
 
   clip_low: float = 0.2
@@ -213,8 +224,25 @@ class PolicyLossConfig:
   entropy_coef: float = 0.0
   agg: AggMode = "token-mean"
   norm_length: int | None = None
+  pg_coef: float = 1.0
+  teacher_coef: float = 0.0
+  teacher_divergence: Divergence = "reverse_kl"
+  teacher_temperature: float = 1.0
+  teacher_beta: float = 0.5
 
   def __post_init__(self):
+    if self.pg_coef < 0.0 or self.teacher_coef < 0.0:
+      raise LossConfigError(
+        f"pg_coef ({self.pg_coef}) and teacher_coef ({self.teacher_coef}) "
+        "must be >= 0"
+      )
+    if self.pg_coef == 0.0 and self.teacher_coef == 0.0:
+      raise LossConfigError(
+        "pg_coef = 0 needs teacher_coef > 0: nothing else drives the policy"
+      )
+    check_divergence(
+      self.teacher_divergence, self.teacher_temperature, self.teacher_beta
+    )
     if not 0.0 <= self.clip_low < 1.0:
       raise LossConfigError(f"clip_low must be in [0, 1), got {self.clip_low}")
     if self.clip_high < 0.0:
@@ -275,14 +303,17 @@ def policy_loss(
   *,
   ref_logp_BxL: jax.Array | None = None,
   entropy_BxL: jax.Array | None = None,
+  teacher_div_BxL: jax.Array | None = None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
-  """Clipped PG loss + kl_coef * KL - entropy_coef * entropy, aggregated.
+  """pg_coef * clipped PG loss + kl_coef * KL - entropy_coef * entropy
+  + teacher_coef * divergence from a teacher, each aggregated.
 
   Every term uses `config.agg` over `loss_mask_BxL`, so a token outside the
   mask (observation, prompt, padding) receives exactly zero gradient.
 
   Metrics (token means over the mask unless named otherwise):
-    pg_loss, kl (the configured estimator, to the reference), approx_kl
+    pg_loss, kl (the configured estimator, to the reference), teacher_div
+    (the divergence from the teacher, aggregated like the loss), approx_kl
     (k3 estimate of KL(pi_old || pi): how far the update moved), entropy,
     clip_frac_low (A < 0 and r < 1 - clip_low: the lower clip zeroes the
     gradient), clip_frac_high (A > 0 and r > 1 + clip_high), dual_clip_frac
@@ -296,7 +327,10 @@ def policy_loss(
     loss_mask_BxL=loss_mask_BxL,
     ref_logp_BxL=ref_logp_BxL,
     entropy_BxL=entropy_BxL,
+    teacher_div_BxL=teacher_div_BxL,
   )
+  if config.teacher_coef > 0 and teacher_div_BxL is None:
+    raise LossConfigError("teacher_coef > 0 needs teacher_div_BxL")
   if config.kl_coef > 0 and ref_logp_BxL is None:
     raise LossConfigError("kl_coef > 0 needs ref_logp_BxL")
   if config.entropy_coef != 0 and entropy_BxL is None:
@@ -322,8 +356,12 @@ def policy_loss(
     config.clip_c,
   )
   pg_loss = agg(pg_BxL)
-  loss = pg_loss
+  loss = config.pg_coef * pg_loss
   metrics: dict[str, jax.Array] = {"pg_loss": pg_loss}
+  if teacher_div_BxL is not None:
+    teacher_div = agg(jnp.where(on_BxL, teacher_div_BxL, 0.0))
+    metrics["teacher_div"] = teacher_div
+    loss = loss + config.teacher_coef * teacher_div
 
   if ref_logp_BxL is not None:
     ref_logp_BxL = jnp.where(on_BxL, ref_logp_BxL, logp_sg_BxL)
@@ -446,9 +484,6 @@ def dpo_loss(
 
 # ---------------------------------------------------------------------------
 # Distillation: token-level divergence from a teacher's distributions.
-
-Divergence = Literal["forward_kl", "reverse_kl", "jsd"]
-DIVERGENCES: tuple[str, ...] = ("forward_kl", "reverse_kl", "jsd")
 
 
 def check_divergence(kind: str, temperature: float, beta: float) -> None:

@@ -953,17 +953,23 @@ def comparison_table(
 # Distillation studies: cold-start sources compared over seeds.
 
 DISTILL_KEYS = ("pass_at_k", "kept", "teacher_eval_success_rate")
-# Training metrics of a distillation run, averaged over its last updates.
+# Training metrics of a distillation run, averaged over its last updates:
+# the cold start's (`distill/...`) and an RL stage's teacher term.
 DISTILL_FINAL = ("divergence_per_token", "top1_agreement", "nll_per_token")
+ONLINE_FINAL = ("teacher_div", "teacher_top1_agreement")
 FINAL_WINDOW = 10
 
 
 def _distill_final(run_dir: pathlib.Path) -> dict[str, float | None]:
   path = run_dir / "logs" / "metrics.jsonl"
   rows = read_metrics(path) if path.exists() else []
+  online = rl_rows(rows)
   out: dict[str, float | None] = {}
-  for k in DISTILL_FINAL:
-    values = [r[f"distill/{k}"] for r in rows if f"distill/{k}" in r]
+  for k, source, key in [
+    *((k, rows, f"distill/{k}") for k in DISTILL_FINAL),
+    *((k, online, k) for k in ONLINE_FINAL),
+  ]:
+    values = [r[key] for r in source if key in r]
     tail = values[-FINAL_WINDOW:]
     out[f"final_{k}"] = float(np.mean(tail)) if tail else None
   return out
@@ -976,7 +982,10 @@ def load_distill_runs(root: str | os.PathLike) -> list[dict[str, Any]]:
   start (and after RL, if any), and from distillation runs the teacher's
   pass@K, the kept count, the teacher's held-out success and, from the
   metrics file, the last `FINAL_WINDOW` updates' mean divergence, top-1
-  agreement with the teacher and NLL of the kept tokens (`final_*`).
+  agreement with the teacher and NLL of the kept tokens (`final_*`). Runs
+  with an RL-stage teacher (`rl.teacher`) report the last RL steps'
+  `teacher_div` and `teacher_top1_agreement`, and that teacher's held-out
+  success if the cold start had no teacher.
   """
   rows = []
   for path in sorted(pathlib.Path(root).glob("*_seed*/summary.json")):
@@ -984,7 +993,10 @@ def load_distill_runs(root: str | os.PathLike) -> list[dict[str, Any]]:
     if not seed.isdigit():
       raise ReportError(f"{path.parent}: expected <source>_seed<N>")
     summary = _read_json(path)
-    distill = summary.get("distill") or {}
+    distill = {
+      **(summary.get("rl_teacher") or {}),
+      **(summary.get("distill") or {}),
+    }
     rows.append(
       {
         "source": source,
@@ -1002,22 +1014,29 @@ def load_distill_runs(root: str | os.PathLike) -> list[dict[str, Any]]:
 
 
 def distill_summary(
-  rows: Sequence[Mapping[str, Any]], baseline: str = "expert"
+  rows: Sequence[Mapping[str, Any]],
+  baseline: str = "expert",
+  metric: str = "success",
 ) -> dict[str, Any]:
   """Per source (the baseline first, then by name): held-out success over
   seeds (mean, 95% t-interval), the seed-paired difference to `baseline`,
-  and the means of the distillation statistics."""
+  and the means of the distillation statistics.
+
+  `metric` is "success" (after the cold start) or "success_after_rl" (an
+  online stage's result; "start" is then the success it started from).
+  """
   by_source: dict[str, dict[int, Mapping[str, Any]]] = {}
   for r in rows:
     by_source.setdefault(r["source"], {})[r["seed"]] = r
-  base = {s: r["success"] for s, r in by_source.get(baseline, {}).items()}
+  base = {s: r[metric] for s, r in by_source.get(baseline, {}).items()}
   out = {}
   order = sorted(by_source, key=lambda name: (name != baseline, name))
   for source, runs in ((name, by_source[name]) for name in order):
-    success = {s: r["success"] for s, r in runs.items()}
+    success = {s: r[metric] for s, r in runs.items()}
     stats = {
       "seeds": sorted(runs),
       "params": next(iter(runs.values()))["params"],
+      "start": t_interval([r["success"] for r in runs.values()]).to_dict(),
       "success": t_interval(list(success.values())).to_dict(),
       "vs_baseline": (
         paired_difference(success, base).to_dict()
@@ -1025,7 +1044,7 @@ def distill_summary(
         else None
       ),
     }
-    finals = tuple(f"final_{k}" for k in DISTILL_FINAL)
+    finals = tuple(f"final_{k}" for k in DISTILL_FINAL + ONLINE_FINAL)
     for k in DISTILL_KEYS + finals:
       values = [r[k] for r in runs.values() if r.get(k) is not None]
       stats[k] = float(np.mean(values)) if values else None
@@ -1051,6 +1070,78 @@ def distill_table(summary: Mapping[str, Any], baseline: str = "expert") -> str:
       f"{_fmt(s['final_divergence_per_token'])} |"
     )
   return "\n".join(lines)
+
+
+def online_table(summary: Mapping[str, Any], baseline: str = "rl") -> str:
+  """A `distill_summary(metric="success_after_rl")` as a Markdown table."""
+  lines = [
+    "| online stage | seeds | held-out at start | after | vs "
+    f"{baseline} (paired) | teacher held-out | teacher top-1 agreement | "
+    "teacher divergence |",
+    "|---|---|---|---|---|---|---|---|",
+  ]
+  for source, s in summary.items():
+    diff = "" if s["vs_baseline"] is None else _ci(s["vs_baseline"])
+    lines.append(
+      f"| {source} | {len(s['seeds'])} | {_fmt(s['start']['mean'])} | "
+      f"{_ci(s['success'])} | {diff} | "
+      f"{_fmt(s['teacher_eval_success_rate'])} | "
+      f"{_fmt(s['final_teacher_top1_agreement'])} | "
+      f"{_fmt(s['final_teacher_div'])} |"
+    )
+  return "\n".join(lines)
+
+
+def plot_online(
+  root: str | os.PathLike,
+  rows: Sequence[Mapping[str, Any]],
+  summary: Mapping[str, Any],
+  path: str | os.PathLike,
+) -> None:
+  """Held-out success vs RL step of an online stage: the mean over seeds of
+  each arm (source), one line each, and the teacher's as a dashed line."""
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  fig, ax = plt.subplots(figsize=(6, 4))
+  for i, name in enumerate(summary):
+    curves = [
+      load_run(
+        root,
+        {
+          "name": f"{name}_seed{r['seed']}",
+          "env": "",
+          "estimator": name,
+          "seed": r["seed"],
+        },
+      )
+      for r in rows
+      if r["source"] == name
+    ]
+    x, mean, lo, hi = mean_curve(curves)
+    ax.plot(
+      x, mean, marker="o", color=f"C{i}", label=f"{name} (n={len(curves)})"
+    )
+    if len(curves) > 1:
+      ax.fill_between(x, lo, hi, color=f"C{i}", alpha=0.12)
+  teacher = [
+    s["teacher_eval_success_rate"]
+    for s in summary.values()
+    if s["teacher_eval_success_rate"] is not None
+  ]
+  if teacher:
+    ax.axhline(
+      float(np.mean(teacher)), color="0.3", ls="--", lw=1, label="teacher"
+    )
+  ax.set_xlabel("online step (0 = after the cold start)")
+  ax.set_ylabel("held-out success")
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
 
 
 def plot_distill(

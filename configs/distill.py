@@ -28,6 +28,21 @@ distilled policy and its held-out success are the result; set
 `--config.rl.steps=N` to continue with RL from it. Any
 `--config.model.preset=tiny` distills into the teacher's own size
 (rejection-sampling fine-tuning). Measured: experiments/distill/README.md.
+
+A second part adds an online stage of 30 steps after the cold start, on the
+student's own samples (set `--config.rl.teacher=<workdir>` for the two
+with a teacher):
+
+* `rl`: GiGPO alone (the student without a teacher).
+* `opd`: on-policy distillation: the teacher's reverse KL from the student
+  on every token the student samples, no reward term (`loss.pg_coef=0`,
+  no KL anchor to the cold-start policy).
+* `opd_rl`: GiGPO plus the teacher term (`loss.teacher_coef=1`).
+
+  python -m agentic_rl.main --config=configs/distill.py:expert,opd \
+      --workdir=runs/student_opd --config.rl.teacher=runs/teacher
+
+Measured: experiments/onpolicy_distill/README.md.
 """
 
 import ml_collections
@@ -35,15 +50,18 @@ import ml_collections
 from configs import sokoban
 
 SOURCES = ("expert", "sequence", "token", "reverse")
+STAGES = ("rl", "opd", "opd_rl")
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   parts = [p for p in (arg or "token").split(",") if p]
   smoke = "smoke" in parts
-  names = [p for p in parts if p != "smoke"] or ["token"]
-  if len(names) != 1 or names[0] not in SOURCES:
+  stages = [p for p in parts if p in STAGES]
+  names = [p for p in parts if p != "smoke" and p not in STAGES] or ["token"]
+  if len(names) != 1 or names[0] not in SOURCES or len(stages) > 1:
     raise ValueError(
-      f"config arg {arg!r}: expected one of {SOURCES} and optionally 'smoke'"
+      f"config arg {arg!r}: expected one of {SOURCES}, optionally one of "
+      f"{STAGES}, and optionally 'smoke'"
     )
   source = names[0]
   c = sokoban.get_config("grpo,smoke" if smoke else "grpo")
@@ -66,4 +84,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   }
   if source == "expert":
     c.distill = {}
+  if stages:
+    stage = stages[0]
+    c.estimator = dict(sokoban.ESTIMATORS["gigpo"])
+    c.rl.steps = 2 if smoke else 30
+    if stage in ("opd", "opd_rl"):
+      c.loss.teacher_coef = 1.0
+    if stage == "opd":
+      c.loss.pg_coef = 0.0
+      c.loss.kl_coef = 0.0  # the teacher is the anchor
+      c.loss.entropy_coef = 0.0
   return c

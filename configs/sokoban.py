@@ -92,6 +92,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     "kl_estimator": "k3",
     "entropy_coef": 0.001,
     "agg": "seq-mean-token-mean",
+    "pg_coef": 1.0,  # 0 with a teacher: pure on-policy distillation
+    # rl.teacher's divergence from the policy on the policy's own samples
+    "teacher_coef": 0.0,
+    "teacher_divergence": "reverse_kl",
+    "teacher_temperature": 1.0,
   }
   c.sft = {
     "num_demos": 512,
@@ -122,6 +127,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     "minibatch_size": 32,
     "num_microbatches": 1,
     "optimizer": _optimizer(3e-4),
+    # workdir of a finished run whose policy scores every RL update
+    # (loss.teacher_coef); "" for none
+    "teacher": "",
   }
   c.eval_every = 10
   c.checkpoint_every = 10
@@ -155,6 +163,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       "minibatch_size": 2,
       "num_microbatches": 1,
       "optimizer": _optimizer(1e-4),
+      "teacher": "",
     }
     c.eval_every = 1
     c.checkpoint_every = 1

@@ -210,6 +210,36 @@ def test_policy_loss_with_kl_and_entropy_golden():
   np.testing.assert_allclose(loss, pg + 0.1 * kl - 0.01 * entropy, rtol=1e-5)
 
 
+def test_policy_loss_with_a_teacher_term_golden():
+  # Two tokens at ratio 1, A = (2, -1); token-mean over the mask. The
+  # divergence at the masked position (99) must not count.
+  logp = jnp.asarray([[0.0, -1.0, -2.0]])
+  adv = jnp.asarray([[0.0, 2.0, -1.0]])
+  mask = jnp.asarray([[0.0, 1.0, 1.0]])
+  div = jnp.asarray([[99.0, 0.3, 0.5]])
+  pg = (-2.0 + 1.0) / 2
+  for pg_coef, teacher_coef in ((1.0, 0.5), (0.0, 2.0), (0.25, 0.0)):
+    cfg = PolicyLossConfig(pg_coef=pg_coef, teacher_coef=teacher_coef)
+    loss, m = losses.policy_loss(
+      logp, logp, adv, mask, cfg, teacher_div_BxL=div
+    )
+    np.testing.assert_allclose(m["pg_loss"], pg, atol=1e-6)
+    np.testing.assert_allclose(m["teacher_div"], 0.4, rtol=1e-6)
+    np.testing.assert_allclose(
+      loss, pg_coef * pg + teacher_coef * 0.4, rtol=1e-6
+    )
+  # pg_coef 0: the advantages get no gradient path, the divergence does.
+  cfg = PolicyLossConfig(pg_coef=0.0, teacher_coef=1.0)
+  g_logp, g_div = jax.grad(
+    lambda lp, d: losses.policy_loss(
+      lp, logp, adv, mask, cfg, teacher_div_BxL=d
+    )[0],
+    argnums=(0, 1),
+  )(logp, div)
+  np.testing.assert_array_equal(g_logp, 0.0)
+  np.testing.assert_allclose(g_div, [[0.0, 0.5, 0.5]])
+
+
 # ---------------------------------------------------------------------------
 # Gradients never reach observation / padding tokens.
 
@@ -310,6 +340,11 @@ def test_policy_loss_jit_matches_eager():
     ({"kl_estimator": "k9"}, "KL estimator"),
     ({"norm_length": 0}, "norm_length"),
     ({"kl_coef": -1.0}, "kl_coef"),
+    ({"pg_coef": -1.0}, "pg_coef"),
+    ({"teacher_coef": -0.5}, "teacher_coef"),
+    ({"pg_coef": 0.0}, "nothing else drives"),
+    ({"teacher_divergence": "kl"}, "divergence"),
+    ({"teacher_temperature": 0.0}, "temperature"),
   ],
 )
 def test_bad_config(kwargs, match):
@@ -323,6 +358,8 @@ def test_policy_loss_missing_inputs_and_shapes():
     losses.policy_loss(x, x, x, x, PolicyLossConfig(kl_coef=0.1))
   with pytest.raises(losses.LossConfigError, match="entropy"):
     losses.policy_loss(x, x, x, x, PolicyLossConfig(entropy_coef=0.1))
+  with pytest.raises(losses.LossConfigError, match="teacher_div"):
+    losses.policy_loss(x, x, x, x, PolicyLossConfig(teacher_coef=0.1))
   with pytest.raises(losses.LossShapeError):
     losses.policy_loss(x, x, jnp.zeros((2, 4)), x, PolicyLossConfig())
 

@@ -392,6 +392,47 @@ def test_distill_summary_by_hand(tmp_path):
   assert (tmp_path / "success.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_online_stage_summary_by_hand(tmp_path):
+  # Two arms x two seeds from the same cold start (0.10 / 0.20); 2 RL steps.
+  teacher = {"teacher": "t", "teacher_eval_success_rate": 0.5}
+  finals = {"rl": (0.15, 0.20), "opd": (0.30, 0.40)}
+  for arm, after in finals.items():
+    for seed, (start, end) in enumerate(zip((0.10, 0.20), after, strict=True)):
+      name = f"{arm}_seed{seed}"
+      _distill_run(tmp_path, name, start)
+      d = tmp_path / name
+      summary = json.loads((d / "summary.json").read_text())
+      summary.update(success_after_rl=end, rl_teacher=teacher)
+      (d / "summary.json").write_text(json.dumps(summary))
+      (d / "config.json").write_text("{}")
+      t1 = {"teacher_div": 0.4, "teacher_top1_agreement": 0.6}
+      t2 = {"teacher_div": 0.2, "teacher_top1_agreement": 0.8}
+      lines = [
+        {"step": 0, "eval/success_rate": start},
+        {"step": 1, "loss": 1.0, **t1},
+        {"step": 2, "loss": 1.0, **t2, "eval/success_rate": end},
+      ]
+      (d / "logs").mkdir()
+      (d / "logs" / "metrics.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in lines)
+      )
+  rows = report.load_distill_runs(tmp_path)
+  summary = report.distill_summary(rows, "rl", metric="success_after_rl")
+  assert list(summary) == ["rl", "opd"]
+  opd = summary["opd"]
+  assert opd["start"]["mean"] == pytest.approx(0.15)
+  assert opd["success"]["mean"] == pytest.approx(0.35)
+  # paired: 0.30 - 0.15 and 0.40 - 0.20
+  assert opd["vs_baseline"]["mean"] == pytest.approx(0.175)
+  assert opd["final_teacher_div"] == pytest.approx(0.3)
+  assert opd["final_teacher_top1_agreement"] == pytest.approx(0.7)
+  assert opd["teacher_eval_success_rate"] == pytest.approx(0.5)
+  table = report.online_table(summary, "rl")
+  assert "| opd | 2 | 0.150 | 0.350 [" in table
+  report.plot_online(tmp_path, rows, summary, tmp_path / "curves.png")
+  assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
+
+
 def test_distill_runs_bad_root(tmp_path):
   with pytest.raises(report.ReportError, match="no <source>_seed"):
     report.load_distill_runs(tmp_path)

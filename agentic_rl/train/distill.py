@@ -26,19 +26,15 @@ import jax
 from flax import nnx
 
 from agentic_rl import losses
-from agentic_rl import sharding as shd
 from agentic_rl.train.state import Layout, ModelState, TrainState
 from agentic_rl.train.step import (
-  BatchShapeError,
   Metrics,
   StepConfig,
+  jit_step,
+  teacher_logits,
   update_step,
 )
 from agentic_rl.types import TrajectoryBatch
-
-
-class DistillError(ValueError):
-  """Teacher and student do not fit together (vocabulary, mesh)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,12 +67,9 @@ def distill_loss_fn(
 ) -> tuple[jax.Array, Metrics]:
   """Student forward + teacher forward (no gradient) + `losses.distill_loss`."""
   student_BxLxV = model(batch.tokens_BxL)
-  teacher_BxLxV = jax.lax.stop_gradient(teacher.merge()(batch.tokens_BxL))
-  if student_BxLxV.shape[-1] != teacher_BxLxV.shape[-1]:
-    raise DistillError(
-      f"student vocabulary {student_BxLxV.shape[-1]} != teacher vocabulary "
-      f"{teacher_BxLxV.shape[-1]}: distillation needs one tokenizer"
-    )
+  teacher_BxLxV = teacher_logits(
+    teacher, batch.tokens_BxL, student_BxLxV.shape[-1]
+  )
   div_BxL = losses.token_divergence(
     student_BxLxV,
     teacher_BxLxV,
@@ -132,32 +125,9 @@ def make_distill_step(
   both layouts must use the same mesh. The student state is donated, the
   teacher is not.
   """
-  if teacher_shardings is not None:
-    meshes = {
-      s.mesh for s in jax.tree.leaves(teacher_shardings) if hasattr(s, "mesh")
-    }
-    if meshes and meshes != {layout.mesh}:
-      raise DistillError("teacher and student must be laid out on one mesh")
-
-  def traced(state: TrainState, teacher: ModelState, batch: TrajectoryBatch):
-    with shd.use_rules(layout.mesh, layout.rules):
-      return distill_step(state, teacher, batch, config, distill)
-
-  jitted = jax.jit(
-    traced,
-    in_shardings=(layout.state, teacher_shardings, layout.data),
-    out_shardings=(layout.state, layout.replicated),
-    donate_argnums=0,
+  return jit_step(
+    functools.partial(distill_step, config=config, distill=distill),
+    layout,
+    teacher,
+    teacher_shardings,
   )
-  dp = layout.data_parallel_size
-
-  def call(state: TrainState, batch: TrajectoryBatch):
-    b = batch.tokens_BxL.shape[0]
-    if b % dp:
-      raise BatchShapeError(
-        f"{b} rows do not split over {dp} data-parallel devices"
-      )
-    return jitted(state, teacher, jax.device_put(batch, layout.data))
-
-  call.jitted = jitted
-  return call

@@ -19,6 +19,10 @@
   RL        sample tasks -> roll out G per task -> score (reward stack) ->
             pack -> estimate advantages (configured estimator) -> clipped
             policy-gradient epochs -> log -> evaluate every N -> checkpoint.
+            With `rl.teacher` set, a finished run's policy scores every
+            update too: its divergence from the policy on the policy's own
+            samples is a loss term (`loss.teacher_coef`; on-policy
+            distillation, pure with `loss.pg_coef=0`).
 
 Every random choice is a function of (config, seed): task order comes from
 the checkpointed task sampler, rollout keys are folded from the
@@ -158,6 +162,8 @@ def setup(config, workdir: str) -> Run:
     raise ValueError(
       "sft.optimizer and rl.optimizer must both set or both unset max_grad_norm"
     )
+  rl_loss = losses.PolicyLossConfig(**dict(config.loss))
+  teacher, t_shardings, t_info = rl_teacher(config, rl_loss, mesh)
   state, layout = create_train_state(
     model_config, sft_opt, seed=config.seed, mesh=mesh
   )
@@ -206,6 +212,9 @@ def setup(config, workdir: str) -> Run:
     if warm:
       state, host = warm_start(config, config.init_from, state, layout)
       task_sampler.load_state_dict(host["task_sampler"])
+  host.pop("rl_teacher", None)  # e.g. left by a warm start's source
+  if t_info:
+    host["rl_teacher"] = t_info
   writer = MetricWriter(
     str(workdir / "logs"),
     console_keys=CONSOLE_KEYS,
@@ -230,10 +239,12 @@ def setup(config, workdir: str) -> Run:
   rl_step = step_lib.make_train_step(
     step_lib.StepConfig(
       optimizer=rl_opt,
-      loss=losses.PolicyLossConfig(**dict(config.loss)),
+      loss=rl_loss,
       num_microbatches=config.rl.num_microbatches,
     ),
     layout,
+    teacher,
+    t_shardings,
   )
   return Run(
     config,
@@ -541,6 +552,41 @@ def distill_data(run: Run, source: str):
   return kept, step_fn, "distill"
 
 
+def rl_teacher(config, loss: losses.PolicyLossConfig, mesh):
+  """The frozen teacher of the RL stage (on-policy distillation), or None.
+
+  `rl.teacher` names the workdir of a finished run (any size, same
+  environment and tokenizer). Its policy runs inside every RL update and
+  `loss.teacher_coef` weighs its divergence from the policy on the policy's
+  own samples; `loss.pg_coef=0` leaves that term alone (pure on-policy
+  distillation). With `loss.teacher_coef` = 0 it only logs the agreement.
+  Returns (teacher ModelState, its shardings, what the summary says of
+  it), or three Nones.
+  """
+  source = config.rl.get("teacher") or ""
+  if not source:
+    if loss.teacher_coef > 0:
+      raise TeacherError(
+        f"loss.teacher_coef={loss.teacher_coef} needs rl.teacher (the "
+        "workdir of a finished run)"
+      )
+    return None, None, None
+  teacher, t_layout, t_config, t_host = load_policy(source, mesh)
+  if t_config.env.name != config.env.name:
+    raise TeacherError(
+      f"teacher {source!r} was trained on {t_config.env.name!r}, this run "
+      f"plays {config.env.name!r}"
+    )
+  evals = t_host["evals"]
+  info = {
+    "teacher": str(source),
+    "teacher_rl_step": t_host["rl_step"],
+    "teacher_eval_success_rate": evals[-1]["success_rate"] if evals else None,
+    "teacher_params": float(count_params(teacher.model)),
+  }
+  return teacher.model, t_layout.state.model, info
+
+
 # ---------------------------------------------------------------------------
 # Offline shaping: DPO on the policy's own best-vs-worst samples.
 
@@ -768,6 +814,7 @@ def _summary(run: Run) -> dict[str, Any]:
     "rl_steps": run.host["rl_step"],
     "distill": run.host.get("distill"),
     "dpo": run.host.get("dpo"),
+    "rl_teacher": run.host.get("rl_teacher"),
     "evals": evals,
     "params": count_params(run.state.model),
     "step": int(jnp.asarray(run.state.step)),

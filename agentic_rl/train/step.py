@@ -1,4 +1,5 @@
-"""The update step, shared by RL, SFT and DPO; the host minibatch loop.
+"""The update step, shared by RL, SFT, DPO and distillation; the host
+minibatch loop.
 
 One module-level pure function, `update_step(state, inputs, loss_fn,
 config)`, does an optimizer update: it splits `inputs` into microbatches,
@@ -75,6 +76,10 @@ class NonFiniteLossError(FloatingPointError):
 
 class BatchShapeError(ValueError):
   """A batch cannot be split as the step config asks."""
+
+
+class DistillError(ValueError):
+  """A teacher and its student do not fit together (vocabulary, mesh)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,27 +186,45 @@ def update_step(
 
 
 def jit_step(
-  step_fn: Callable[[TrainState, Any], tuple[TrainState, Metrics]],
+  step_fn: Callable[..., tuple[TrainState, Metrics]],
   layout: Layout,
+  teacher: ModelState | None = None,
+  teacher_shardings: Any = None,
 ) -> Callable[[TrainState, Any], tuple[TrainState, Metrics]]:
   """`jax.jit(step_fn)` with the layout's shardings; the state is donated.
 
   Sharding constraints inside the model (`sharding.constrain`) are active
   while tracing. The returned callable checks that the rows split evenly
   over the data-parallel devices before dispatching.
+
+  With `teacher` (a frozen `ModelState`), `step_fn` is
+  `(state, teacher, inputs)` and the teacher is an argument of every call
+  of the compiled step (not a constant folded into it), laid out by
+  `teacher_shardings` (its own train layout's `.state.model`, on the same
+  mesh) and not donated.
   """
+  if teacher is not None and teacher_shardings is not None:
+    meshes = {
+      s.mesh for s in jax.tree.leaves(teacher_shardings) if hasattr(s, "mesh")
+    }
+    if meshes and meshes != {layout.mesh}:
+      raise DistillError("teacher and student must be laid out on one mesh")
 
-  def traced(state: TrainState, inputs: Any):
+  def traced(state: TrainState, *args: Any):
     with shd.use_rules(layout.mesh, layout.rules):
-      return step_fn(state, inputs)
+      return step_fn(state, *args)
 
+  in_shardings = (layout.state, layout.data)
+  if teacher is not None:
+    in_shardings = (layout.state, teacher_shardings, layout.data)
   jitted = jax.jit(
     traced,
-    in_shardings=(layout.state, layout.data),
+    in_shardings=in_shardings,
     out_shardings=(layout.state, layout.replicated),
     donate_argnums=0,
   )
   dp = layout.data_parallel_size
+  frozen = () if teacher is None else (teacher,)
 
   @functools.wraps(step_fn)
   def call(state: TrainState, inputs: Any) -> tuple[TrainState, Metrics]:
@@ -212,10 +235,22 @@ def jit_step(
       )
     # A no-op when the rows already live in the layout (as `select_rows`
     # leaves them); otherwise one explicit transfer instead of a jit error.
-    return jitted(state, jax.device_put(inputs, layout.data))
+    return jitted(state, *frozen, jax.device_put(inputs, layout.data))
 
   call.jitted = jitted  # for .lower() / cost analysis
   return call
+
+
+def teacher_logits(teacher: ModelState, tokens_BxL: jax.Array, vocab: int):
+  """The frozen teacher's logits (no gradient); `DistillError` unless its
+  vocabulary is `vocab` (the student's)."""
+  logits_BxLxV = jax.lax.stop_gradient(teacher.merge()(tokens_BxL))
+  if logits_BxLxV.shape[-1] != vocab:
+    raise DistillError(
+      f"student vocabulary {vocab} != teacher vocabulary "
+      f"{logits_BxLxV.shape[-1]}: distillation needs one tokenizer"
+    )
+  return logits_BxLxV
 
 
 # ---------------------------------------------------------------------------
@@ -240,20 +275,41 @@ class PolicyInputs:
 
 
 def policy_loss_fn(
-  model: nnx.Module, inputs: PolicyInputs, config: losses.PolicyLossConfig
+  model: nnx.Module,
+  inputs: PolicyInputs,
+  config: losses.PolicyLossConfig,
+  teacher: ModelState | None = None,
 ) -> tuple[jax.Array, Metrics]:
-  """Forward pass + `losses.policy_loss` on one (micro)batch."""
+  """Forward pass + `losses.policy_loss` on one (micro)batch.
+
+  With a `teacher`, it runs too (no gradient) and its per-token divergence
+  from the policy on the sampled sequences enters the loss at
+  `config.teacher_coef` (on-policy distillation); `teacher_top1_agreement`
+  is logged.
+  """
   batch = inputs.batch
   logits_BxLxV = model(batch.tokens_BxL)
   logp_BxL, entropy_BxL = losses.token_logp_and_entropy(
     logits_BxLxV, batch.tokens_BxL
   )
+  div_BxL = None
+  if teacher is not None:
+    t_logits_BxLxV = teacher_logits(
+      teacher, batch.tokens_BxL, logits_BxLxV.shape[-1]
+    )
+    div_BxL = losses.token_divergence(
+      logits_BxLxV,
+      t_logits_BxLxV,
+      config.teacher_divergence,
+      config.teacher_temperature,
+      config.teacher_beta,
+    )
   old_BxL = (
     batch.behaviour_logp_BxL
     if inputs.old_logp_BxL is None
     else inputs.old_logp_BxL
   )
-  return losses.policy_loss(
+  loss, metrics = losses.policy_loss(
     logp_BxL,
     old_BxL,
     inputs.adv_BxL,
@@ -261,7 +317,14 @@ def policy_loss_fn(
     config,
     ref_logp_BxL=inputs.ref_logp_BxL,
     entropy_BxL=entropy_BxL,
+    teacher_div_BxL=div_BxL,
   )
+  if teacher is not None:
+    agree_BxL = losses.top1_agreement(logits_BxLxV, t_logits_BxLxV)
+    metrics["teacher_top1_agreement"] = losses.masked_mean(
+      agree_BxL, batch.loss_mask_BxL
+    )
+  return loss, metrics
 
 
 def train_step(
@@ -271,19 +334,32 @@ def train_step(
   ref_logp_BxL: jax.Array | None,
   config: StepConfig,
   old_logp_BxL: jax.Array | None = None,
+  teacher: ModelState | None = None,
 ) -> tuple[TrainState, Metrics]:
   """One RL update on a minibatch (pure; jit it with `make_train_step`)."""
   inputs = PolicyInputs(batch, adv_BxL, ref_logp_BxL, old_logp_BxL)
-  loss_fn = functools.partial(policy_loss_fn, config=config.loss)
+  loss_fn = functools.partial(
+    policy_loss_fn, config=config.loss, teacher=teacher
+  )
   return update_step(state, inputs, loss_fn, config)
 
 
 def make_train_step(
-  config: StepConfig, layout: Layout
+  config: StepConfig,
+  layout: Layout,
+  teacher: ModelState | None = None,
+  teacher_shardings: Any = None,
 ) -> Callable[[TrainState, PolicyInputs], tuple[TrainState, Metrics]]:
-  """The jitted RL step: `(state, PolicyInputs) -> (state, metrics)`."""
+  """The jitted RL step: `(state, PolicyInputs) -> (state, metrics)`.
 
-  def step(state: TrainState, inputs: PolicyInputs):
+  With `teacher` (frozen, on its own `teacher_shardings`; see `jit_step`),
+  the loss has the teacher term of `losses.PolicyLossConfig`.
+  """
+  if config.loss.teacher_coef > 0 and teacher is None:
+    raise DistillError("loss.teacher_coef > 0 needs a teacher")
+
+  def step(state: TrainState, *args: Any):
+    *frozen, inputs = args
     return train_step(
       state,
       inputs.batch,
@@ -291,9 +367,10 @@ def make_train_step(
       inputs.ref_logp_BxL,
       config,
       inputs.old_logp_BxL,
+      teacher=frozen[0] if frozen else None,
     )
 
-  return jit_step(step, layout)
+  return jit_step(step, layout, teacher, teacher_shardings)
 
 
 # ---------------------------------------------------------------------------

@@ -11,7 +11,12 @@ from agentic_rl import sharding as shd
 from agentic_rl.train import distill
 from agentic_rl.train import state as st
 from agentic_rl.train import step as sp
-from tests.train.conftest import MODEL_CONFIG, OPT_CONFIG, make_batch
+from tests.train.conftest import (
+  MODEL_CONFIG,
+  OPT_CONFIG,
+  make_batch,
+  policy_inputs,
+)
 
 KD_STEP = dataclasses.replace(
   sp.StepConfig(optimizer=OPT_CONFIG),
@@ -93,7 +98,7 @@ def test_teacher_with_another_vocabulary_is_refused():
   )
   student, layout = student_state()
   step = step_against(teacher, t_layout, layout)
-  with pytest.raises(distill.DistillError, match="vocabulary"):
+  with pytest.raises(sp.DistillError, match="vocabulary"):
     step(student, make_batch(0, 8))
 
 
@@ -106,6 +111,69 @@ def test_config_checks():
     {"divergence": "jsd", "beta": 0.3, "teacher": "ignored"}
   )
   assert (c.divergence, c.beta) == ("jsd", 0.3)
+
+
+# ---------------------------------------------------------------------------
+# On-policy distillation: the teacher term of the RL step.
+
+
+def guided_step(layout, teacher, t_layout, **loss):
+  config = sp.StepConfig(
+    optimizer=OPT_CONFIG, loss=losses.PolicyLossConfig(**loss)
+  )
+  return sp.make_train_step(config, layout, teacher.model, t_layout.state.model)
+
+
+def test_rl_loss_adds_the_reverse_kl_from_the_teacher():
+  teacher, t_layout = teacher_state()
+  student, layout = student_state()
+  twin, _ = student_state()  # same seed: the same weights
+  inputs = policy_inputs(student.model, seed=4)
+  batch = inputs.batch
+  s_logits = jax.jit(lambda m, x: m.merge()(x))(student.model, batch.tokens_BxL)
+  t_logits = jax.jit(lambda m, x: m.merge()(x))(teacher.model, batch.tokens_BxL)
+  # Reference: KL(student || teacher) in numpy over the policy's tokens.
+  p = np.asarray(jax.nn.softmax(t_logits[:, :-1], -1), np.float64)
+  q = np.asarray(jax.nn.softmax(s_logits[:, :-1], -1), np.float64)
+  kl = np.pad((q * (np.log(q) - np.log(p))).sum(-1), ((0, 0), (1, 0)))
+  mask = np.asarray(batch.loss_mask_BxL) > 0
+  step = guided_step(layout, teacher, t_layout, teacher_coef=0.5)
+  _, m = step(student, inputs)
+  plain = sp.make_train_step(sp.StepConfig(optimizer=OPT_CONFIG), layout)
+  _, m0 = plain(twin, inputs)
+  np.testing.assert_allclose(m["teacher_div"], kl[mask].mean(), rtol=1e-4)
+  np.testing.assert_allclose(m["pg_loss"], m0["pg_loss"], rtol=1e-5)
+  np.testing.assert_allclose(
+    m["loss"], m0["loss"] + 0.5 * kl[mask].mean(), rtol=1e-4
+  )
+  assert "teacher_div" not in m0
+
+
+def test_on_policy_distillation_moves_the_student_only():
+  teacher, t_layout = teacher_state()
+  student, layout = student_state()
+  before = jax.device_get(teacher.model.params)
+  inputs = policy_inputs(student.model, seed=5)
+  step = guided_step(layout, teacher, t_layout, pg_coef=0.0, teacher_coef=1.0)
+  student, hist = sp.run_steps(step, student, [inputs] * 12)
+  assert hist[-1]["teacher_div"] < 0.6 * hist[0]["teacher_div"]
+  assert hist[-1]["teacher_top1_agreement"] > hist[0]["teacher_top1_agreement"]
+  after = jax.device_get(teacher.model.params)
+  assert all(
+    np.array_equal(a, b)
+    for a, b in zip(
+      jax.tree.leaves(before), jax.tree.leaves(after), strict=True
+    )
+  )
+
+
+def test_teacher_term_without_a_teacher_is_refused():
+  _, layout = student_state()
+  config = sp.StepConfig(
+    optimizer=OPT_CONFIG, loss=losses.PolicyLossConfig(teacher_coef=1.0)
+  )
+  with pytest.raises(sp.DistillError, match="needs a teacher"):
+    sp.make_train_step(config, layout)
 
 
 @pytest.mark.slow

@@ -233,6 +233,40 @@ def test_bad_teachers_are_named_errors(sft_stage, tmp_path):
     loop.train(config, str(tmp_path / "d"))
 
 
+def test_on_policy_distillation_from_a_finished_run(sft_stage, tmp_path):
+  teacher, stage = sft_stage
+  config = distill_configs.get_config("expert,opd,smoke")
+  config.rl.teacher = str(teacher)
+  summary = loop.train(config, str(tmp_path))
+  t = summary["rl_teacher"]
+  assert t["teacher"] == str(teacher) and t["teacher_rl_step"] == 0
+  assert t["teacher_eval_success_rate"] == stage["success_after_sft"]
+  assert summary["params"] < t["teacher_params"] / 3  # nano vs tiny
+  rows = _rl_rows(tmp_path)
+  assert sorted(rows) == [1, 2]
+  for row in rows.values():
+    assert math.isfinite(row["teacher_div"]) and row["teacher_div"] > 0
+    assert 0.0 <= row["teacher_top1_agreement"] <= 1.0
+    # pg_coef 0, no KL anchor, no entropy bonus: the teacher term alone
+    assert row["loss"] == pytest.approx(row["teacher_div"], rel=1e-5)
+    assert math.isfinite(row["pg_loss"])
+
+
+def test_bad_rl_teachers_are_named_errors(sft_stage, tmp_path):
+  teacher, _ = sft_stage
+  config = distill_configs.get_config("expert,opd,smoke")
+  with pytest.raises(loop.TeacherError, match="needs rl.teacher"):
+    loop.setup(config, str(tmp_path / "a"))
+  config.rl.teacher = str(tmp_path / "nowhere")
+  with pytest.raises(loop.TeacherError, match="no config.json"):
+    loop.setup(config, str(tmp_path / "b"))
+  config.rl.teacher = str(teacher)
+  config.env.name = "frozenlake"
+  config.env.options = {}
+  with pytest.raises(loop.TeacherError, match="trained on 'sokoban'"):
+    loop.setup(config, str(tmp_path / "c"))
+
+
 def test_offline_dpo_between_sft_and_rl(sft_stage, tmp_path):
   config = _config(1)
   # Enough SFT that moves are valid and returns differ within a level.
