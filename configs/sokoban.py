@@ -4,7 +4,7 @@
       --workdir=runs/sokoban_gigpo
 
 `arg` is a comma-separated list: one estimator variant (grpo, dr_grpo, rloo,
-reinforce_pp, gigpo, gigpo_std, turn_discounted, prm_weighted; default
+reinforce_pp, raft, gigpo, gigpo_std, turn_discounted, prm_weighted; default
 gigpo), optionally `quick` (the README's `make run`, a few minutes) or
 `smoke` (a seconds-long run for CI). Any field can be overridden on the
 command line, e.g. `--config.rl.steps=10`.
@@ -27,6 +27,8 @@ ESTIMATORS = {
   "dr_grpo": {"name": "dr_grpo"},
   "rloo": {"name": "rloo"},
   "reinforce_pp": {"name": "reinforce_pp"},
+  # Online rejection-sampling fine-tuning: fit the verified successes only.
+  "raft": {"name": "raft", "keep": "success"},
   "gigpo": {"name": "gigpo", "gamma": 0.95, "mode": "mean_norm"},
   "gigpo_std": {"name": "gigpo", "gamma": 0.95, "mode": "mean_std_norm"},
   "turn_discounted": {"name": "turn_discounted", "gamma": 0.95},

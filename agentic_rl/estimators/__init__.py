@@ -1,8 +1,9 @@
 """Credit-assignment estimators: pure, jittable functions of arrays.
 
 Outcome level (`adv_B`): `grpo` (Dr.GRPO with normalize_std=False), `rloo`,
-`reinforce_pp_baseline`. Turn level (`adv_BxT`): `discounted_returns`,
-`gigpo`, `turn_discounted`, `prm_weighted`. Token level: `gae`. Configs pick
+`reinforce_pp_baseline`, `raft` (online rejection-sampling fine-tuning).
+Turn level (`adv_BxT`): `discounted_returns`, `gigpo`, `turn_discounted`,
+`prm_weighted`. Token level: `gae`. Configs pick
 one by name through the registry (`get`, `register`, `from_config`);
 `types.turns_to_tokens` broadcasts `adv_BxT` to tokens.
 
@@ -15,7 +16,12 @@ the paper specifies).
 """
 
 from agentic_rl.estimators.gae import gae
-from agentic_rl.estimators.outcome import grpo, reinforce_pp_baseline, rloo
+from agentic_rl.estimators.outcome import (
+  grpo,
+  raft,
+  reinforce_pp_baseline,
+  rloo,
+)
 from agentic_rl.estimators.registry import from_config, get, names, register
 from agentic_rl.estimators.turn import (
   discounted_returns,
@@ -33,6 +39,7 @@ __all__ = [
   "grpo",
   "names",
   "prm_weighted",
+  "raft",
   "register",
   "reinforce_pp_baseline",
   "rloo",

@@ -123,3 +123,45 @@ def _reinforce_pp(outcome_B, group_id_B, traj_mask_B, eps):
   )
   batch = common.SegmentStats(x_B, jnp.zeros_like(group_id_B), mask_B, 1)
   return (x_B - batch.mean_N) / (batch.std_N + eps) * mask_B
+
+
+RAFT_KEEP = ("success", "best")
+
+
+def raft(
+  score_B: jax.Array,
+  group_id_B: jax.Array,
+  *,
+  keep: str = "success",
+  threshold: float = 1.0,
+  traj_mask_B: jax.Array | None = None,
+) -> jax.Array:
+  """Online rejection-sampling fine-tuning: 1 for a kept trajectory, else 0.
+
+  RAFT (Dong et al. 2023, "Reward rAnked FineTuning") and expert iteration
+  / ReST-EM: the policy samples, a filter keeps the good samples, and the
+  policy fits them. As advantages, the policy-gradient step on the first
+  epoch is exactly the NLL gradient of the kept samples, and the rest get
+  no signal at all (no baseline, nothing pushed down). `keep="success"`
+  keeps `score >= threshold` (a verified success with the 0/1 outcome);
+  `keep="best"` keeps each group's top score (ties all kept; RAFT's best of
+  K). How the kept tokens are normalized is the loss's aggregation mode:
+  over every sampled sequence or token, not only the kept ones, so steps
+  with fewer successes take smaller steps.
+  """
+  _check(score_B, group_id_B, traj_mask_B)
+  common.check_choice("keep", keep, RAFT_KEEP)
+  return _raft(score_B, group_id_B, traj_mask_B, keep, threshold)
+
+
+@functools.partial(jax.jit, static_argnums=(3,))
+def _raft(score_B, group_id_B, traj_mask_B, keep, threshold):
+  mask_B = _mask(score_B, traj_mask_B)
+  r_B = jnp.asarray(score_B, jnp.float32)
+  if keep == "success":
+    kept_B = r_B >= threshold
+  else:
+    real_B = jnp.where(mask_B > 0, r_B, -jnp.inf)
+    top_N = jax.ops.segment_max(real_B, group_id_B, num_segments=r_B.shape[0])
+    kept_B = real_B >= top_N[group_id_B]
+  return kept_B.astype(jnp.float32) * mask_B

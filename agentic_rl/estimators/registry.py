@@ -135,6 +135,18 @@ def _reinforce_pp(batch, *, eps=1e-6, score="outcome"):
   return _per_turn(adv_B, batch)
 
 
+@register("raft")
+def _raft(batch, *, keep="success", threshold=1.0, score="outcome"):
+  adv_B = outcome.raft(
+    _score_B(batch, score),
+    batch.group_id_B,
+    keep=keep,
+    threshold=threshold,
+    traj_mask_B=_traj_mask(batch),
+  )
+  return _per_turn(adv_B, batch)
+
+
 @register("gigpo")
 def _gigpo(batch, **hparams):
   return turn.gigpo(

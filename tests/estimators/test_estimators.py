@@ -49,6 +49,54 @@ def test_reinforce_pp_golden():
   np.testing.assert_allclose(E.reinforce_pp_baseline(r, g), want, rtol=1e-5)
 
 
+def test_raft_golden():
+  r = jnp.array([1.0, 0.0, 1.0, 0.0, 0.0, 7.0])
+  g = jnp.array([0, 0, 0, 1, 1, 2])
+  mask = jnp.array([1.0, 1.0, 1.0, 1.0, 1.0, 0.0])  # the last is padding
+  np.testing.assert_array_equal(
+    E.raft(r, g, traj_mask_B=mask), [1, 0, 1, 0, 0, 0]
+  )
+  ret = jnp.array([0.9, -0.3, 0.9, -0.5, -0.2, 9.0])
+  # best of each group: ties kept, padding never the best nor kept
+  np.testing.assert_array_equal(
+    E.raft(ret, g, keep="best", traj_mask_B=mask), [1, 0, 1, 0, 1, 0]
+  )
+  np.testing.assert_array_equal(
+    E.raft(ret, g, threshold=0.5), [1, 0, 1, 0, 0, 1]
+  )
+  with pytest.raises(ValueError, match="keep"):
+    E.raft(r, g, keep="top")
+
+
+def test_raft_first_epoch_is_sft_on_the_kept_samples():
+  """At ratio 1 the policy-gradient step with RAFT advantages is the NLL
+  gradient of the kept rows, scaled by kept / all rows (seq-mean)."""
+  from agentic_rl import losses
+
+  rng = np.random.default_rng(0)
+  logits = jnp.asarray(rng.normal(size=(4, 6, 5)), jnp.float32)
+  tokens = jnp.asarray(rng.integers(0, 5, (4, 6)))
+  mask = jnp.asarray([[0, 1, 1, 1, 0, 0]] * 2 + [[0, 0, 1, 1, 1, 1]] * 2, F)
+  adv_B = E.raft(jnp.array([1.0, 0.0, 0.0, 1.0]), jnp.array([0, 0, 1, 1]))
+  adv_BxL = adv_B[:, None] * mask
+  cfg = losses.PolicyLossConfig(agg="seq-mean-token-mean")
+  old = losses.token_logp(logits, tokens)
+
+  def pg(x):
+    lp = losses.token_logp(x, tokens)
+    return losses.policy_loss(lp, old, adv_BxL, mask, cfg)[0]
+
+  kept = np.asarray(adv_B) > 0
+
+  def sft(x):
+    lp = losses.token_logp(x, tokens)[kept]
+    return losses.sft_loss(lp, mask[kept], "seq-mean-token-mean")[0]
+
+  np.testing.assert_allclose(
+    jax.grad(pg)(logits), 0.5 * jax.grad(sft)(logits), atol=1e-6
+  )
+
+
 def test_discounted_returns_golden_with_hole():
   r = jnp.array([[1.0, 2.0, 4.0], [1.0, 9.0, 4.0]])
   m = jnp.array([[1.0, 1.0, 1.0], [1.0, 0.0, 1.0]])
