@@ -1,4 +1,5 @@
-"""Policy-gradient losses: log-probs, entropy, clipped ratio, KL, aggregation.
+"""Policy-gradient losses: log-probs, entropy, clipped ratio, KL, aggregation;
+and the supervised, preference and distillation losses on the same masks.
 
 Pure functions of arrays, jittable, no model or config objects beyond the
 frozen `PolicyLossConfig`.

@@ -11,7 +11,9 @@ returns the new state and metrics. RL (`train_step`), SFT
 `jit_step` jits such a step with explicit shardings (state from the
 `Layout`, every input leaf split by rows over the data-parallel axes,
 metrics replicated) and donates the state. The NNX idiom is documented in
-`agentic_rl.train.state`: split/merge around a plain `jax.jit`.
+`agentic_rl.train.state`: split/merge around a plain `jax.jit`. A frozen
+teacher (distillation, on-policy distillation in RL) is one more argument
+of the compiled step, on its own shardings, never donated.
 
 Minibatches and epochs are a *host* loop (`run_epochs`) over calls of the
 jitted step: each call is one optimizer update on one minibatch. We chose
