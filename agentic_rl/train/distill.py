@@ -31,7 +31,7 @@ from agentic_rl.train.step import (
   Metrics,
   StepConfig,
   jit_step,
-  teacher_logits,
+  teacher_divergence,
   update_step,
 )
 from agentic_rl.types import TrajectoryBatch
@@ -67,12 +67,10 @@ def distill_loss_fn(
 ) -> tuple[jax.Array, Metrics]:
   """Student forward + teacher forward (no gradient) + `losses.distill_loss`."""
   student_BxLxV = model(batch.tokens_BxL)
-  teacher_BxLxV = teacher_logits(
-    teacher, batch.tokens_BxL, student_BxLxV.shape[-1]
-  )
-  div_BxL = losses.token_divergence(
+  div_BxL, agree_BxL = teacher_divergence(
     student_BxLxV,
-    teacher_BxLxV,
+    teacher,
+    batch.tokens_BxL,
     config.divergence,
     config.temperature,
     config.beta,
@@ -88,7 +86,6 @@ def distill_loss_fn(
     norm_length,
   )
   # How often the student's top token is the teacher's (on action tokens).
-  agree_BxL = losses.top1_agreement(student_BxLxV, teacher_BxLxV)
   metrics["top1_agreement"] = losses.masked_mean(agree_BxL, batch.loss_mask_BxL)
   return loss, metrics
 

@@ -243,16 +243,28 @@ def jit_step(
   return call
 
 
-def teacher_logits(teacher: ModelState, tokens_BxL: jax.Array, vocab: int):
-  """The frozen teacher's logits (no gradient); `DistillError` unless its
-  vocabulary is `vocab` (the student's)."""
-  logits_BxLxV = jax.lax.stop_gradient(teacher.merge()(tokens_BxL))
-  if logits_BxLxV.shape[-1] != vocab:
+def teacher_divergence(
+  logits_BxLxV: jax.Array,
+  teacher: ModelState,
+  tokens_BxL: jax.Array,
+  kind: losses.Divergence,
+  temperature: float = 1.0,
+  beta: float = 0.5,
+) -> tuple[jax.Array, jax.Array]:
+  """(divergence_BxL, top-1 agreement_BxL) of the student's `logits_BxLxV`
+  from a frozen teacher's on `tokens_BxL` (`losses.token_divergence`; the
+  teacher gets no gradient). `DistillError` unless the two vocabularies
+  agree."""
+  t_logits_BxLxV = jax.lax.stop_gradient(teacher.merge()(tokens_BxL))
+  if t_logits_BxLxV.shape[-1] != logits_BxLxV.shape[-1]:
     raise DistillError(
-      f"student vocabulary {vocab} != teacher vocabulary "
-      f"{logits_BxLxV.shape[-1]}: distillation needs one tokenizer"
+      f"student vocabulary {logits_BxLxV.shape[-1]} != teacher vocabulary "
+      f"{t_logits_BxLxV.shape[-1]}: distillation needs one tokenizer"
     )
-  return logits_BxLxV
+  div_BxL = losses.token_divergence(
+    logits_BxLxV, t_logits_BxLxV, kind, temperature, beta
+  )
+  return div_BxL, losses.top1_agreement(logits_BxLxV, t_logits_BxLxV)
 
 
 # ---------------------------------------------------------------------------
@@ -294,14 +306,12 @@ def policy_loss_fn(
   logp_BxL, entropy_BxL = losses.token_logp_and_entropy(
     logits_BxLxV, batch.tokens_BxL
   )
-  div_BxL = None
+  div_BxL = agree_BxL = None
   if teacher is not None:
-    t_logits_BxLxV = teacher_logits(
-      teacher, batch.tokens_BxL, logits_BxLxV.shape[-1]
-    )
-    div_BxL = losses.token_divergence(
+    div_BxL, agree_BxL = teacher_divergence(
       logits_BxLxV,
-      t_logits_BxLxV,
+      teacher,
+      batch.tokens_BxL,
       config.teacher_divergence,
       config.teacher_temperature,
       config.teacher_beta,
@@ -321,8 +331,7 @@ def policy_loss_fn(
     entropy_BxL=entropy_BxL,
     teacher_div_BxL=div_BxL,
   )
-  if teacher is not None:
-    agree_BxL = losses.top1_agreement(logits_BxLxV, t_logits_BxLxV)
+  if agree_BxL is not None:
     metrics["teacher_top1_agreement"] = losses.masked_mean(
       agree_BxL, batch.loss_mask_BxL
     )
