@@ -287,11 +287,14 @@ class WarmStartError(ValueError):
 
 
 # Fields that shape the SFT stage and the state it hands over. A warm start
-# must agree on them with its source; the estimator, loss and RL length may
-# differ (that is the point of sharing one SFT across an ablation).
+# must agree on them with its source; the estimator, loss, RL length and RL
+# optimizer settings may differ (that is the point of sharing one SFT across
+# an ablation). The handed-over RL optimizer state is fresh Adam moments,
+# whatever the learning rate; its structure (gradient clipping or not)
+# follows `sft.optimizer`, which must agree (see `setup`).
 _WARM_START_FIELDS = (
   "seed", "model", "env", "tasks", "sampler", "rollout", "length_buckets",
-  "sft", "distill", "offline", "rl.optimizer",
+  "sft", "distill", "offline",
 )  # fmt: skip
 
 

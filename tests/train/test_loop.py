@@ -161,6 +161,20 @@ def test_bad_warm_starts_are_named_errors(straight, sft_stage, tmp_path):
       loop.setup(config, str(tmp_path / f"run{i}"))
 
 
+def test_warm_start_may_change_the_rl_optimizer(sft_stage, tmp_path):
+  """Its handed-over state is fresh moments: an RL learning-rate ablation
+  shares the SFT stage, and its first update uses its own rate."""
+  source, _ = sft_stage
+  config = _config(1)
+  config.init_from = str(source)
+  config.rl.optimizer.learning_rate = 3e-3
+  config.rl.optimizer.warmup_steps = 0
+  summary = loop.train(config, str(tmp_path))
+  assert summary["rl_steps"] == 1
+  (row,) = _rl_rows(tmp_path).values()
+  assert row["learning_rate"] == pytest.approx(3e-3)
+
+
 def test_search_qa_smoke_run_trains_on_tag_protocol_episodes(tmp_path):
   # The credit-assignment sweep's tool environment, end to end at smoke
   # size: SFT on expert search/answer demos, then RL with PRM evidence.
