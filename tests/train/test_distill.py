@@ -49,6 +49,18 @@ def make_step(config=None, mesh=None):
   return step_against(teacher, t_layout, layout, config), student, teacher
 
 
+def numpy_kl(p_model, q_model, tokens_BxL) -> np.ndarray:
+  """KL(p || q) of two models' next-token distributions, in float64 numpy,
+  aligned like `losses.token_logp` (entry t from the logits at t - 1)."""
+
+  def probs(model):
+    logits = jax.jit(lambda m, x: m.merge()(x))(model, tokens_BxL)
+    return np.asarray(jax.nn.softmax(logits[:, :-1], -1), np.float64)
+
+  p, q = probs(p_model), probs(q_model)
+  return np.pad((p * (np.log(p) - np.log(q))).sum(-1), ((0, 0), (1, 0)))
+
+
 def assert_unchanged(params_before, teacher) -> None:
   after = jax.device_get(teacher.model.params)
   for a, b in zip(
@@ -60,12 +72,8 @@ def assert_unchanged(params_before, teacher) -> None:
 def test_loss_is_the_masked_divergence_from_the_teacher():
   step, student, teacher = make_step()
   batch = make_batch(0, 8)
-  s_logits = jax.jit(lambda m, x: m.merge()(x))(student.model, batch.tokens_BxL)
-  t_logits = jax.jit(lambda m, x: m.merge()(x))(teacher.model, batch.tokens_BxL)
-  # Reference: forward KL in numpy, position t from the logits at t - 1.
-  p = np.asarray(jax.nn.softmax(t_logits[:, :-1], -1), np.float64)
-  q = np.asarray(jax.nn.softmax(s_logits[:, :-1], -1), np.float64)
-  kl = np.pad((p * (np.log(p) - np.log(q))).sum(-1), ((0, 0), (1, 0)))
+  # Reference: forward KL(teacher || student) in numpy.
+  kl = numpy_kl(teacher.model, student.model, batch.tokens_BxL)
   mask = np.asarray(batch.loss_mask_BxL) > 0
   _, metrics = step(student, batch)
   np.testing.assert_allclose(metrics["divergence"], kl[mask].mean(), rtol=1e-4)
@@ -132,12 +140,8 @@ def test_rl_loss_adds_the_reverse_kl_from_the_teacher():
   twin, _ = student_state()  # same seed: the same weights
   inputs = policy_inputs(student.model, seed=4)
   batch = inputs.batch
-  s_logits = jax.jit(lambda m, x: m.merge()(x))(student.model, batch.tokens_BxL)
-  t_logits = jax.jit(lambda m, x: m.merge()(x))(teacher.model, batch.tokens_BxL)
   # Reference: KL(student || teacher) in numpy over the policy's tokens.
-  p = np.asarray(jax.nn.softmax(t_logits[:, :-1], -1), np.float64)
-  q = np.asarray(jax.nn.softmax(s_logits[:, :-1], -1), np.float64)
-  kl = np.pad((q * (np.log(q) - np.log(p))).sum(-1), ((0, 0), (1, 0)))
+  kl = numpy_kl(student.model, teacher.model, batch.tokens_BxL)
   mask = np.asarray(batch.loss_mask_BxL) > 0
   step = guided_step(layout, teacher, t_layout, teacher_coef=0.5)
   _, m = step(student, inputs)
