@@ -180,11 +180,28 @@ def update_step(
     loss=loss,
     grad_norm=grad_norm,
     update_norm=optax.global_norm(updates),
-    learning_rate=make_schedule(config.optimizer)(state.step),
+    learning_rate=make_schedule(config.optimizer)(
+      schedule_count(state.opt_state, state.step)
+    ),
     finite=ok.astype(jnp.float32),
     step=state.step,
   )
   return new_state, metrics
+
+
+def schedule_count(opt_state: Any, default: jax.Array) -> jax.Array:
+  """The optimizer's own update count, the one its schedule reads.
+
+  It differs from `TrainState.step` whenever an optimizer starts fresh
+  inside a run (RL after SFT, a DPO stage): the step keeps counting, the
+  schedule's warmup starts again. `default` when no schedule is found.
+  """
+  for path, count in optax.tree_utils.tree_get_all_with_path(
+    opt_state, "count"
+  ):
+    if getattr(path[-1], "tuple_name", None) == "ScaleByScheduleState":
+      return count
+  return default
 
 
 def jit_step(

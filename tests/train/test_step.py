@@ -169,6 +169,25 @@ def test_run_epochs_updates_and_metrics(rl_setup):
   assert float(after) < float(before) - 0.05
 
 
+def test_logged_learning_rate_follows_the_optimizer_count(rl_setup):
+  """A fresh optimizer inside a run (RL after SFT) restarts its warmup while
+  the train step keeps counting: the logged rate is the one applied."""
+  state = fresh_state().replace(step=jnp.asarray(100, jnp.int32))
+  state, first = rl_setup.step_fn(state, rl_setup.inputs)
+  state, second = rl_setup.step_fn(state, rl_setup.inputs)
+  assert int(first["step"]) == 100 and int(second["step"]) == 101
+  assert float(first["learning_rate"]) == 0.0  # warmup restarted
+  assert float(second["learning_rate"]) == pytest.approx(
+    OPT_CONFIG.learning_rate
+  )
+  cosine = st.OptimizerConfig(
+    learning_rate=1.0, schedule="cosine", warmup_steps=2, total_steps=10
+  )
+  opt_state = st.make_optimizer(cosine).init({"w": jnp.zeros((2, 2))})
+  assert int(sp.schedule_count(opt_state, jnp.asarray(7))) == 0
+  assert int(sp.schedule_count((), jnp.asarray(7))) == 7
+
+
 def test_gradient_accumulation_matches_full_batch(rl_setup):
   cfg2 = dataclasses.replace(STEP_CONFIG, num_microbatches=2)
   outs = []
