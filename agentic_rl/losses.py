@@ -403,6 +403,52 @@ def policy_loss(
 
 
 # ---------------------------------------------------------------------------
+# The critic's regression loss (PPO with a value model).
+
+
+def value_loss(
+  value_BxL: jax.Array,
+  old_value_BxL: jax.Array,
+  target_BxL: jax.Array,
+  mask_BxL: jax.Array,
+  clip: float = 0.0,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """0.5 * token-mean of the squared error to `target_BxL` over the mask.
+
+  With `clip` > 0, PPO's value clipping: the prediction may move at most
+  `clip` from the value the advantages were computed with
+  (`old_value_BxL`) before the error stops improving, and the larger of
+  the clipped and unclipped errors counts (Schulman et al. 2017; verl's
+  `cliprange_value`). `clip_frac` is the share of masked positions where
+  the clipped error was the larger.
+  """
+  _check_same_shape(
+    value_BxL=value_BxL,
+    old_value_BxL=old_value_BxL,
+    target_BxL=target_BxL,
+    mask_BxL=mask_BxL,
+  )
+  if clip < 0:
+    raise LossConfigError(f"value clip must be >= 0 (0 = off): {clip}")
+  err_BxL = jnp.square(value_BxL - target_BxL)
+  if clip > 0:
+    moved_BxL = old_value_BxL + jnp.clip(value_BxL - old_value_BxL, -clip, clip)
+    clipped_BxL = jnp.square(moved_BxL - target_BxL)
+    clip_frac = masked_mean(
+      (clipped_BxL > err_BxL).astype(jnp.float32), mask_BxL
+    )
+    err_BxL = jnp.maximum(err_BxL, clipped_BxL)
+  else:
+    clip_frac = jnp.zeros((), jnp.float32)
+  loss = 0.5 * masked_mean(err_BxL, mask_BxL)
+  return loss, {
+    "value_loss": loss,
+    "value_clip_frac": clip_frac,
+    "value_mean": masked_mean(value_BxL, mask_BxL),
+  }
+
+
+# ---------------------------------------------------------------------------
 # Supervised and preference losses (same masks, same alignment).
 
 

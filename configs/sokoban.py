@@ -4,10 +4,10 @@
       --workdir=runs/sokoban_gigpo
 
 `arg` is a comma-separated list: one estimator variant (grpo, dr_grpo, rloo,
-reinforce_pp, raft, gigpo, gigpo_std, turn_discounted, prm_weighted; default
-gigpo), optionally `quick` (the README's `make run`, a few minutes) or
-`smoke` (a seconds-long run for CI). Any field can be overridden on the
-command line, e.g. `--config.rl.steps=10`.
+reinforce_pp, raft, gigpo, gigpo_std, turn_discounted, prm_weighted, ppo,
+ppo_token; default gigpo), optionally `quick` (the README's `make run`, a
+few minutes) or `smoke` (a seconds-long run for CI). Any field can be
+overridden on the command line, e.g. `--config.rl.steps=10`.
 
 Expected (2-core CPU, default size): the SFT policy solves a small fraction
 of held-out 6x6 one-box levels and RL raises it; the final summary prints
@@ -33,6 +33,11 @@ ESTIMATORS = {
   "gigpo_std": {"name": "gigpo", "gamma": 0.95, "mode": "mean_std_norm"},
   "turn_discounted": {"name": "turn_discounted", "gamma": 0.95},
   "prm_weighted": {"name": "prm_weighted", "mode": "additive", "beta": 0.5},
+  # PPO with a critic (the `critic` section): GAE over turns, one value per
+  # decision, the turn-level estimators' discount; or over policy tokens
+  # with verl's defaults (undiscounted, no bootstrapping).
+  "ppo": {"name": "gae", "level": "turn", "gamma": 0.95, "lam": 0.95},
+  "ppo_token": {"name": "gae", "level": "token", "gamma": 1.0, "lam": 1.0},
 }
 
 
@@ -132,6 +137,17 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # workdir of a finished run whose policy scores every RL update
     # (loss.teacher_coef); "" for none
     "teacher": "",
+  }
+  # The value model of estimators that use one (ppo, ppo_token): a copy of
+  # the post-SFT policy with a zero value head, trained after each policy
+  # update on the same minibatches (epochs 0: as rl.epochs). Returns here
+  # reach 10 (the solve bonus): the head's output is scaled to them, and
+  # value clipping (in return units) is loose.
+  c.critic = {
+    "optimizer": _optimizer(1e-3),
+    "value_scale": 10.0,
+    "value_clip": 2.0,
+    "epochs": 0,
   }
   c.eval_every = 10
   c.checkpoint_every = 10

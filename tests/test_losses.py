@@ -519,3 +519,31 @@ def test_distillation_settings_are_checked():
   z = jnp.zeros((1, 2))
   with pytest.raises(losses.LossConfigError, match="both 0"):
     losses.distill_loss(z, z, z, kd_coef=0.0, sft_coef=0.0)
+
+
+# ---------------------------------------------------------------------------
+# The critic's value loss.
+
+
+def test_value_loss_golden_and_clipping_gradient():
+  value = jnp.asarray([[1.0, 2.0, 0.5]])
+  old = jnp.asarray([[0.5, 0.5, 0.5]])
+  target = jnp.asarray([[2.0, 0.0, 9.0]])
+  mask = jnp.asarray([[1.0, 1.0, 0.0]])  # the last position never counts
+  plain, m = losses.value_loss(value, old, target, mask)
+  assert float(plain) == pytest.approx(0.5 * (1.0 + 4.0) / 2)
+  assert float(m["value_clip_frac"]) == 0.0
+  assert float(m["value_mean"]) == pytest.approx(1.5)
+  # clip 0.2: both predictions are held at 0.7; errors 1.69 (> 1, the
+  # clipped one counts) and 0.49 (< 4, the unclipped one counts).
+  clipped, m = losses.value_loss(value, old, target, mask, clip=0.2)
+  assert float(clipped) == pytest.approx(0.5 * (1.69 + 4.0) / 2, rel=1e-6)
+  assert float(m["value_clip_frac"]) == pytest.approx(0.5)
+  grad = jax.grad(lambda v: losses.value_loss(v, old, target, mask, 0.2)[0])
+  # Position 0 moved past the clip in the direction that would help: no
+  # gradient; position 1: d/dv 0.5 * (v - 0)^2 / 2 = v / 2 = 1.
+  np.testing.assert_allclose(grad(value), [[0.0, 1.0, 0.0]], atol=1e-6)
+  with pytest.raises(losses.LossConfigError, match="value clip"):
+    losses.value_loss(value, old, target, mask, clip=-1.0)
+  with pytest.raises(losses.LossShapeError):
+    losses.value_loss(value, old[:, :2], target, mask)

@@ -3,7 +3,9 @@
 Outcome level (`adv_B`): `grpo` (Dr.GRPO with normalize_std=False), `rloo`,
 `reinforce_pp_baseline`, `raft` (online rejection-sampling fine-tuning).
 Turn level (`adv_BxT`): `discounted_returns`, `gigpo`, `turn_discounted`,
-`prm_weighted`. Token level: `gae`. Configs pick
+`prm_weighted`. Token level: `gae`. With a learned critic: `critic_gae`
+(GAE per turn or per token, registered as "gae" with `uses_values`; the
+loop trains the critic). Configs pick
 one by name through the registry (`get`, `register`, `from_config`);
 `types.turns_to_tokens` broadcasts `adv_BxT` to tokens.
 
@@ -15,6 +17,7 @@ default for rloo, turn_discounted; always used for GiGPO's step groups, as
 the paper specifies).
 """
 
+from agentic_rl.estimators.critic import CriticEstimate, critic_gae
 from agentic_rl.estimators.gae import gae
 from agentic_rl.estimators.outcome import (
   grpo,
@@ -22,7 +25,13 @@ from agentic_rl.estimators.outcome import (
   reinforce_pp_baseline,
   rloo,
 )
-from agentic_rl.estimators.registry import from_config, get, names, register
+from agentic_rl.estimators.registry import (
+  from_config,
+  get,
+  names,
+  register,
+  uses_values,
+)
 from agentic_rl.estimators.turn import (
   discounted_returns,
   gigpo,
@@ -31,6 +40,8 @@ from agentic_rl.estimators.turn import (
 )
 
 __all__ = [
+  "CriticEstimate",
+  "critic_gae",
   "discounted_returns",
   "from_config",
   "gae",
@@ -44,4 +55,5 @@ __all__ = [
   "reinforce_pp_baseline",
   "rloo",
   "turn_discounted",
+  "uses_values",
 ]

@@ -1,7 +1,10 @@
 """Estimators by name, so configs and notebooks select them.
 
 A registered estimator is `fn(batch: TrajectoryBatch, **hparams) -> adv_BxT`.
-Register a new one in a notebook with
+An estimator registered with `uses_values=True` also takes the critic's
+`value_BxL` (see `agentic_rl.models.value`) and returns a
+`critic.CriticEstimate` (token advantages and value targets); the training
+loop runs a critic for it. Register a new one in a notebook with
 
   @estimators.register("my_estimator")
   def my_estimator(batch, *, scale=1.0):
@@ -16,15 +19,19 @@ from typing import Any
 
 import jax
 
-from agentic_rl.estimators import outcome, turn
+from agentic_rl.estimators import critic, outcome, turn
 from agentic_rl.types import TrajectoryBatch
 
 Estimator = Callable[..., jax.Array]
 _REGISTRY: dict[str, Estimator] = {}
+_USES_VALUES: set[str] = set()
 
 
-def register(name: str, *, overwrite: bool = False):
-  """Decorator adding `fn(batch, **hparams) -> adv_BxT` under `name`."""
+def register(name: str, *, overwrite: bool = False, uses_values: bool = False):
+  """Decorator adding `fn(batch, **hparams) -> adv_BxT` under `name`.
+
+  `uses_values`: `fn(batch, value_BxL, **hparams) -> CriticEstimate`.
+  """
 
   def wrap(fn: Estimator) -> Estimator:
     if name in _REGISTRY and not overwrite:
@@ -33,6 +40,9 @@ def register(name: str, *, overwrite: bool = False):
         "overwrite=True to replace it"
       )
     _REGISTRY[name] = fn
+    _USES_VALUES.discard(name)
+    if uses_values:
+      _USES_VALUES.add(name)
     return fn
 
   return wrap
@@ -44,6 +54,12 @@ def get(name: str) -> Estimator:
       f"unknown estimator {name!r}; registered: {sorted(_REGISTRY)}"
     )
   return _REGISTRY[name]
+
+
+def uses_values(name: str) -> bool:
+  """Whether the estimator `name` needs a critic's values."""
+  get(name)
+  return name in _USES_VALUES
 
 
 def names() -> list[str]:
@@ -173,4 +189,11 @@ def _prm_weighted(batch, **hparams):
     batch.process_score_BxT,
     batch.turn_mask_BxT,
     **hparams,
+  )
+
+
+@register("gae", uses_values=True)
+def _gae(batch, value_BxL, *, level="turn", gamma=1.0, lam=0.95, whiten=True):
+  return critic.critic_gae(
+    batch, value_BxL, level=level, gamma=gamma, lam=lam, whiten=whiten
   )

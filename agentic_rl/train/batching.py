@@ -29,7 +29,10 @@ def row_lengths(batch: TrajectoryBatch) -> np.ndarray:
 
 
 def trim(inputs: Any, length: int) -> Any:
-  """Cuts every [B, L] array of a batch (or `PolicyInputs`) to `length`."""
+  """Cuts every [B, L] array of a batch (or `PolicyInputs`, or inputs with
+  their own `trim(length)`, e.g. `critic.CriticInputs`) to `length`."""
+  if hasattr(inputs, "trim"):
+    return inputs.trim(length)
   if isinstance(inputs, TrajectoryBatch):
     return inputs.replace(
       **{f: getattr(inputs, f)[:, :length] for f in _L_FIELDS}

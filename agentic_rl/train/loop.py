@@ -19,6 +19,10 @@
   RL        sample tasks -> roll out G per task -> score (reward stack) ->
             pack -> estimate advantages (configured estimator) -> clipped
             policy-gradient epochs -> log -> evaluate every N -> checkpoint.
+            An estimator that uses values (`gae`: PPO with a critic) gets
+            them from a value model that starts as a copy of the post-SFT
+            policy and regresses onto the estimator's targets after each
+            policy update (`train.critic`, config section `critic`).
             With `rl.teacher` set, a finished run's policy scores every
             update too: its divergence from the policy on the policy's own
             samples is a loss term (`loss.teacher_coef`; on-policy
@@ -66,6 +70,7 @@ from agentic_rl.rollout.rejection import (
   rejection_sample,
 )
 from agentic_rl.train import batching
+from agentic_rl.train import critic as critic_lib
 from agentic_rl.train import distill as distill_lib
 from agentic_rl.train import dpo as dpo_lib
 from agentic_rl.train import step as step_lib
@@ -118,6 +123,11 @@ class Run:
   host: dict[str, Any]
   sft_step: Any  # jitted (state, batch) -> (state, metrics)
   rl_step: Any  # jitted (state, PolicyInputs) -> (state, metrics)
+  # PPO's value model, when the estimator uses values (`start_critic`).
+  critic_config: critic_lib.CriticConfig | None = None
+  critic: TrainState | None = None
+  critic_layout: Any = None
+  critic_step: Any = None  # jitted (critic, CriticInputs) -> (critic, metrics)
 
 
 def _model_config(config, tokenizer):
@@ -163,6 +173,11 @@ def setup(config, workdir: str) -> Run:
       "sft.optimizer and rl.optimizer must both set or both unset max_grad_norm"
     )
   rl_loss = losses.PolicyLossConfig(**dict(config.loss))
+  critic_config = None
+  if estimators.uses_values(config.estimator.name):
+    critic_config = critic_lib.CriticConfig.from_dict(
+      _section(config, "critic")
+    )
   teacher, t_shardings, t_info = rl_teacher(config, rl_loss, mesh)
   state, layout = create_train_state(
     model_config, sft_opt, seed=config.seed, mesh=mesh
@@ -263,6 +278,7 @@ def setup(config, workdir: str) -> Run:
     host,
     sft_step,
     rl_step,
+    critic_config,
   )
 
 
@@ -364,6 +380,15 @@ def _pack(trajectories, config) -> TrajectoryBatch:
 
 def _save(run: Run) -> None:
   run.writer.flush()  # metrics up to this checkpoint survive a kill
+  if run.critic is not None:
+    # Written (and waited for) first: a run checkpoint always has its critic.
+    ckpt = Checkpointer(
+      str(run.workdir / "critic"), max_to_keep=run.config.checkpoint_keep
+    )
+    try:
+      ckpt.save(run.critic, step=run.host["rl_step"], force=True)
+    finally:
+      ckpt.close()
   run.host["task_sampler"] = run.task_sampler.state_dict()
   run.checkpointer.save(run.state, run.host, force=True)
 
@@ -694,8 +719,13 @@ def rl_step(run: Run, reference) -> dict[str, float]:
   trajs = run.rollout.run(tasks, key, policy_version=i)
   rollout_m = dict(run.rollout.last_metrics)
   batch = _pack(trajs, config)
-  adv_BxT = run.estimate(batch)
-  adv_BxL = turns_to_tokens(adv_BxT, batch.turn_id_BxL)
+  if run.critic is None:
+    adv_BxT = run.estimate(batch)
+    adv_BxL = turns_to_tokens(adv_BxT, batch.turn_id_BxL)
+  else:
+    value_BxL = critic_lib.compute_values(run.critic.model, batch.tokens_BxL)
+    est = run.estimate(batch, value_BxL)
+    adv_BxT, adv_BxL = est.adv_BxT, est.adv_BxL
   ref_logp_BxL = None
   if reference is not None:
     ref_logp_BxL = step_lib.compute_logp(reference, batch.tokens_BxL)
@@ -711,6 +741,11 @@ def rl_step(run: Run, reference) -> dict[str, float]:
     seed=config.seed * 1_000_003 + i,
   )
   run.state, history = step_lib.run_steps(run.rl_step, run.state, minibatches)
+  critic_m = {}
+  if run.critic is not None:
+    critic_m = critic_update(
+      run, batch, value_BxL, est, seed=config.seed * 1_000_003 + i
+    )
   train_s = time.perf_counter() - t0
   run.host["rl_step"] = i + 1
 
@@ -719,6 +754,7 @@ def rl_step(run: Run, reference) -> dict[str, float]:
   metrics = {
     **eval_metrics(trajs, run.rollout, rollout_m["seconds"]),
     **_mean_metrics(history),
+    **critic_m,
   }
   metrics.update(
     {
@@ -735,6 +771,66 @@ def rl_step(run: Run, reference) -> dict[str, float]:
     }
   )
   return metrics
+
+
+def critic_update(
+  run: Run, batch, value_BxL, est, seed: int
+) -> dict[str, float]:
+  """The critic's epochs on one rollout batch (the policy's minibatch
+  sizes and length buckets); `critic/...` metrics, with the explained
+  variance of the targets by the values the advantages used."""
+  cfg = run.config.rl
+  inputs = critic_lib.CriticInputs(
+    batch.tokens_BxL, est.target_BxL, est.value_mask_BxL, value_BxL
+  )
+  minibatches = batching.minibatches(
+    inputs,
+    batching.row_lengths(batch),
+    run.config.length_buckets,
+    run.critic_layout,
+    minibatch_size=cfg.minibatch_size,
+    num_epochs=run.critic_config.epochs or cfg.epochs,
+    seed=seed,
+  )
+  run.critic, history = step_lib.run_steps(
+    run.critic_step, run.critic, minibatches
+  )
+  out = _mean_metrics(history)
+  out["explained_variance"] = critic_lib.explained_variance(
+    value_BxL, est.target_BxL, est.value_mask_BxL
+  )
+  mask = np.asarray(est.value_mask_BxL) > 0
+  out["target_mean"] = (
+    float(np.asarray(est.target_BxL)[mask].mean()) if mask.any() else 0.0
+  )
+  return {f"critic/{k}": v for k, v in out.items()}
+
+
+class CriticError(ValueError):
+  """A run's critic cannot be restored (e.g. it began without one)."""
+
+
+def start_critic(run: Run) -> None:
+  """The critic of this run: restored with the run's checkpoint, or, when
+  RL starts, a copy of the post-SFT policy with a zero value head."""
+  run.critic, run.critic_layout = critic_lib.init_critic(
+    run.state.model, run.critic_config, run.layout.mesh, run.layout.rules
+  )
+  i = run.host["rl_step"]
+  ckpt = Checkpointer(str(run.workdir / "critic"), max_to_keep=None)
+  try:
+    if i in ckpt.all_steps():
+      run.critic, _ = ckpt.restore(run.critic, run.critic_layout, step=i)
+    elif i > 0:
+      raise CriticError(
+        f"{run.workdir}: the estimator uses a critic but none was saved at "
+        f"RL step {i} (was the run begun with a critic-free estimator?)"
+      )
+  finally:
+    ckpt.close()
+  run.critic_step = critic_lib.make_critic_step(
+    run.critic_config, run.critic_layout
+  )
 
 
 def _reference(run: Run):
@@ -775,6 +871,8 @@ def train(config, workdir: str) -> dict[str, Any]:
       _start_rl(run)
       _save(run)
     reference = _reference(run) if config.loss.kl_coef > 0 else None
+    if run.critic_config is not None:
+      start_critic(run)
     while run.host["rl_step"] < config.rl.steps:
       metrics = rl_step(run, reference)
       i = run.host["rl_step"]
@@ -818,6 +916,7 @@ def _summary(run: Run) -> dict[str, Any]:
     "distill": run.host.get("distill"),
     "dpo": run.host.get("dpo"),
     "rl_teacher": run.host.get("rl_teacher"),
+    "critic_params": run.critic and count_params(run.critic.model),
     "evals": evals,
     "params": count_params(run.state.model),
     "step": int(jnp.asarray(run.state.step)),

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from agentic_rl.data import trajectory_io
+from agentic_rl.train import critic as critic_lib
 from agentic_rl.train import loop
 from agentic_rl.train.logging import read_jsonl
 from configs import distill as distill_configs
@@ -173,6 +174,47 @@ def test_warm_start_may_change_the_rl_optimizer(sft_stage, tmp_path):
   assert summary["rl_steps"] == 1
   (row,) = _rl_rows(tmp_path).values()
   assert row["learning_rate"] == pytest.approx(3e-3)
+
+
+def test_ppo_critic_trains_checkpoints_and_resumes_exactly(sft_stage, tmp_path):
+  """PPO with a value model from the shared SFT stage: the critic starts
+  at zero values, learns, is checkpointed with the run, and a resumed run
+  continues exactly (policy and critic)."""
+  source, _ = sft_stage
+
+  def config(steps):
+    c = _config(steps, estimator="ppo")
+    c.init_from = str(source)
+    return c
+
+  straight = loop.train(config(2), str(tmp_path / "straight"))
+  assert straight["critic_params"] > straight["params"]  # + the value head
+  rows = _rl_rows(tmp_path / "straight")
+  # Zero values explain none of the first batch's returns.
+  assert rows[1]["critic/explained_variance"] == pytest.approx(0.0, abs=1e-6)
+  for row in rows.values():
+    assert math.isfinite(row["critic/value_loss"])
+    assert row["critic/optimizer_step"] > 0
+  assert rows[2]["critic/optimizer_step"] > rows[1]["critic/optimizer_step"]
+  critic_dir = tmp_path / "straight" / "critic"
+  assert sorted(int(p.name) for p in critic_dir.iterdir()) == [1, 2]
+
+  loop.train(config(1), str(tmp_path / "resumed"))
+  loop.train(config(2), str(tmp_path / "resumed"))
+  a, b = rows[2], _rl_rows(tmp_path / "resumed")[2]
+  for key in ("loss", "success_rate", "critic/value_loss", "adv_mean"):
+    assert a[key] == b[key], key
+
+  # A run begun without a critic cannot grow one halfway.
+  plain = _config(1, estimator="grpo")
+  plain.init_from = str(source)
+  loop.train(plain, str(tmp_path / "plain"))
+  with pytest.raises(loop.CriticError, match="RL step 1"):
+    loop.train(config(2), str(tmp_path / "plain"))
+  bad = config(1)
+  bad.critic.value_scale = -1.0
+  with pytest.raises(critic_lib.CriticConfigError, match="value_scale"):
+    loop.setup(bad, str(tmp_path / "bad"))
 
 
 def test_search_qa_smoke_run_trains_on_tag_protocol_episodes(tmp_path):
