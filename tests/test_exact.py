@@ -314,6 +314,27 @@ def test_study_runs_and_oracle_is_unbiased():
   assert "| GRPO | 1 |" in text
 
 
+def test_gae_with_the_exact_critic():
+  """On a deterministic lake, r_t + V_{t+1}(s_{t+1}) = Q_t(s_t, a_t): the
+  one-step TD error with the exact V is the true advantage, and lam = 1
+  is the Monte Carlo oracle G_t - V_t."""
+  mdp, pi = _soft_lake(num_tasks=3, slippery=False)
+  eps = study.sample_episodes(mdp, pi, 6, 8, np.random.default_rng(1))
+  trajs = study.to_trajectories(mdp, eps, pi, TOK)
+  batch = packing.pack(trajs)
+  t_b = batch.turn_mask_BxT.shape[1]
+  q, v = exact.evaluate(mdp, pi, 6)
+  true = study.true_advantages(exact.advantages(q, v), eps, t_b)
+  v_BxT = study.at_turns(v, eps, t_b)
+  td = exact.critic_spec("td", lam=0.0).fn(batch, v_BxT)
+  np.testing.assert_allclose(td, true, atol=1e-5)
+  mc = exact.critic_spec("mc", lam=1.0).fn(batch, v_BxT)
+  np.testing.assert_allclose(
+    mc, exact.oracle_spec().fn(batch, v_BxT), atol=1e-5
+  )
+  assert np.abs(mc - true).max() > 1e-3  # the oracle is noisy, TD(0) not
+
+
 def test_truth_fits_a_turn_bucket_shorter_than_the_horizon():
   # A horizon of 40 on a 2x2 lake: episodes end long before, so the packed
   # batch's turn bucket is shorter than the horizon.

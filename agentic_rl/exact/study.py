@@ -265,6 +265,31 @@ def oracle_spec(label: str = "oracle G_t-V_t", gamma: float = 1.0) -> Spec:
   return Spec(label, fn, gamma)
 
 
+def critic_spec(label: str, lam: float, gamma: float = 1.0) -> Spec:
+  """PPO's turn-level GAE(gamma, lam) with a perfect critic: the exact
+  V_t(s_t) at each decision point (`estimators.critic_gae`, unwhitened).
+  The ceiling of a learned critic; lam = 1 is `oracle_spec`, lam = 0 the
+  one-step TD error r_t + V_{t+1} - V_t."""
+
+  def fn(batch: TrajectoryBatch, v_BxT: np.ndarray) -> np.ndarray:
+    b, l, t = batch.shape
+    pos_BxT, _ = estimators.critic.decision_positions(
+      batch.turn_id_BxL, batch.loss_mask_BxL, t
+    )
+    real_BxT = np.asarray(batch.turn_mask_BxT) > 0
+    rows_BxT = np.broadcast_to(np.arange(b)[:, None], (b, t))
+    value_BxL = np.zeros((b, l), np.float32)
+    value_BxL[rows_BxT[real_BxT], np.asarray(pos_BxT)[real_BxT]] = v_BxT[
+      real_BxT
+    ]
+    est = estimators.critic_gae(
+      batch, value_BxL, level="turn", gamma=gamma, lam=lam, whiten=False
+    )
+    return np.asarray(est.adv_BxT)
+
+  return Spec(label, fn, gamma)
+
+
 def default_specs() -> list[Spec]:
   """Every registered estimator (defaults, plus variants worth a row).
 
@@ -286,12 +311,18 @@ def default_specs() -> list[Spec]:
     registry_spec("PRM add", "prm_weighted", beta=0.5),
     registry_spec("PRM mult", "prm_weighted", mode="multiplicative"),
     oracle_spec(),
+    critic_spec("GAE l.95 exact V", lam=0.95),
+    critic_spec("TD(0) exact V", lam=0.0),
   ]
   covered = {
     "grpo", "dr_grpo", "rloo", "reinforce_pp", "gigpo", "turn_discounted",
     "prm_weighted",
   }  # fmt: skip
-  specs += [registry_spec(n, n) for n in estimators.names() if n not in covered]
+  specs += [
+    registry_spec(n, n)
+    for n in estimators.names()
+    if n not in covered and not estimators.uses_values(n)  # critic_spec
+  ]
   return specs
 
 
