@@ -4,7 +4,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.sharding import PartitionSpec
 
+from agentic_rl import sharding as shd
 from agentic_rl.models.value import ValueModel
 from agentic_rl.train import critic as cr
 from agentic_rl.train import state as st
@@ -103,3 +105,29 @@ def test_bad_critic_configs_are_named_errors():
     {"optimizer": {"learning_rate": 0.01}, "epochs": 2}
   )
   assert cfg.optimizer.learning_rate == 0.01 and cfg.epochs == 2
+
+
+def test_critic_on_a_2x2x2_mesh_matches_one_device(policy):
+  """The critic follows the policy's rules: trunk and head are split over
+  fsdp/tensor, values and one update agree with the 1x1x1 run."""
+  state, _ = policy
+  config = cr.CriticConfig(optimizer=st.OptimizerConfig(learning_rate=1e-3))
+  batch = make_batch(2)
+  target = batch.loss_mask_BxL * 2.0
+  out = {}
+  for shape in ((1, 1, 1), (2, 2, 2)):
+    mesh = shd.make_mesh(shape)
+    policy_s, _ = st.create_train_state(
+      MODEL_CONFIG, st.OptimizerConfig(), mesh=mesh
+    )
+    critic, layout = cr.init_critic(policy_s.model, config, mesh)
+    old = cr.compute_values(critic.model, batch.tokens_BxL)
+    inputs = cr.CriticInputs(batch.tokens_BxL, target, batch.loss_mask_BxL, old)
+    critic, _ = cr.make_critic_step(config, layout)(critic, inputs)
+    values = cr.compute_values(critic.model, batch.tokens_BxL)
+    out[shape] = (np.asarray(values), critic)
+  np.testing.assert_allclose(out[1, 1, 1][0], out[2, 2, 2][0], atol=2e-5)
+  params = out[2, 2, 2][1].model.params
+  assert params["head_w"].get_value().sharding.spec == PartitionSpec("fsdp")
+  q = params["trunk"]["layers"][0]["attn"]["q_proj"]["kernel"].get_value()
+  assert q.sharding.spec == PartitionSpec("fsdp", "tensor", None)
