@@ -381,9 +381,11 @@ def _pack(trajectories, config) -> TrajectoryBatch:
 def _save(run: Run) -> None:
   run.writer.flush()  # metrics up to this checkpoint survive a kill
   if run.critic is not None:
-    # Written (and waited for) first: a run checkpoint always has its critic.
+    # Written (and waited for) first, and one more kept than the run's: a
+    # run checkpoint always has its critic, even if a kill cuts in between.
+    keep = run.config.checkpoint_keep
     ckpt = Checkpointer(
-      str(run.workdir / "critic"), max_to_keep=run.config.checkpoint_keep
+      str(run.workdir / "critic"), max_to_keep=keep and keep + 1
     )
     try:
       ckpt.save(run.critic, step=run.host["rl_step"], force=True)
