@@ -558,6 +558,17 @@ def estimator_specs(
   return list(specs.values())
 
 
+def critic_free(
+  specs: Sequence[tuple[str, str, Mapping[str, Any]]],
+) -> list[tuple[str, str, Mapping[str, Any]]]:
+  """The specs a logged batch alone can evaluate: not those of a learned
+  critic (`estimators.uses_values`), whose advantages depend on the
+  critic their run trained."""
+  from agentic_rl import estimators
+
+  return [s for s in specs if not estimators.uses_values(s[1])]
+
+
 def heatmaps(
   specs: Sequence[tuple[str, str, Mapping[str, Any]]],
   path: str | os.PathLike,
@@ -796,7 +807,9 @@ def render_readme(
       "## Per-turn advantages of each estimator on one batch\n\n"
       "A logged Sokoban batch (`agentic_rl.analysis.logged_sokoban`: an "
       "epsilon-noisy expert, 4 tasks x 4 rollouts, seed 0), every swept "
-      "estimator with the hyper-parameters its runs used. `credit_gap` = "
+      "estimator with the hyper-parameters its runs used (except those "
+      "with a learned critic, whose advantages depend on the critic their "
+      "run trained). `credit_gap` = "
       "mean advantage on expert turns minus on random turns.\n\n"
       f"![advantage heatmaps]({heatmap})\n\n```\n"
       + analysis.format_table(credit_rows)
@@ -850,7 +863,7 @@ def write_report(
       manifest["baseline"],
       outdir / f"paired_{env}.png",
     )
-  specs = estimator_specs(grid)
+  specs = critic_free(estimator_specs(grid))
   credit_rows = heatmaps(specs, outdir / "advantages.png") if specs else []
   summary["credit_table"] = credit_rows
   (outdir / "results.json").write_text(json.dumps(summary, indent=2) + "\n")

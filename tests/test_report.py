@@ -247,6 +247,15 @@ def _curve(seed, steps, success):
   )
 
 
+def test_heatmaps_leave_out_learned_critics():
+  specs = [
+    ("grpo", "grpo", {}),
+    ("ppo", "gae", {"level": "turn"}),
+    ("gigpo", "gigpo", {"gamma": 0.95}),
+  ]
+  assert [s[0] for s in report.critic_free(specs)] == ["grpo", "gigpo"]
+
+
 def test_mean_curve_interpolates_onto_union():
   a = _curve(0, [0, 2], [0.0, 1.0])  # evaluated at 0 and 2 only: 0.5 at 1
   b = _curve(1, [0, 1, 2], [0.0, 0.0, 0.0])
