@@ -149,6 +149,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     "value_scale": 10.0,
     "value_clip": 2.0,
     "epochs": 4,
+    "warmup_steps": 0,  # RL iterations that train only the critic
   }
   c.eval_every = 10
   c.checkpoint_every = 10

@@ -45,18 +45,23 @@ class CriticConfig:
   """`optimizer`: the critic's own AdamW; `value_clip`: PPO value clipping
   (0 = off; in units of the returns); `epochs`: passes over each rollout
   batch (0: as `rl.epochs`); `value_scale`: the value head's output scale
-  (`models.value.ValueModel`), about the size of the returns."""
+  (`models.value.ValueModel`), about the size of the returns;
+  `warmup_steps`: the first RL iterations train only the critic (the
+  policy still plays, and is not updated; verl's `critic_warmup`)."""
 
   optimizer: OptimizerConfig = OptimizerConfig(learning_rate=1e-3)
   value_clip: float = 0.2
   epochs: int = 0
   value_scale: float = 1.0
+  warmup_steps: int = 0
 
   def __post_init__(self):
     if self.value_clip < 0:
       raise CriticConfigError(f"value_clip must be >= 0: {self.value_clip}")
     if not self.value_scale > 0:
       raise CriticConfigError(f"value_scale must be > 0: {self.value_scale}")
+    if self.warmup_steps < 0:
+      raise CriticConfigError(f"warmup_steps must be >= 0: {self.warmup_steps}")
     if self.epochs < 0:
       raise CriticConfigError(f"epochs must be >= 0: {self.epochs}")
 

@@ -728,8 +728,10 @@ def rl_step(run: Run, reference) -> dict[str, float]:
     value_BxL = critic_lib.compute_values(run.critic.model, batch.tokens_BxL)
     est = run.estimate(batch, value_BxL)
     adv_BxT, adv_BxL = est.adv_BxT, est.adv_BxL
+  # Critic warm-up: the first iterations train only the critic.
+  warmup = run.critic is not None and i < run.critic_config.warmup_steps
   ref_logp_BxL = None
-  if reference is not None:
+  if reference is not None and not warmup:
     ref_logp_BxL = step_lib.compute_logp(reference, batch.tokens_BxL)
   inputs = step_lib.PolicyInputs(batch, adv_BxL, ref_logp_BxL)
   t0 = time.perf_counter()
@@ -739,7 +741,7 @@ def rl_step(run: Run, reference) -> dict[str, float]:
     config.length_buckets,
     run.layout,
     minibatch_size=cfg.minibatch_size,
-    num_epochs=cfg.epochs,
+    num_epochs=0 if warmup else cfg.epochs,
     seed=config.seed * 1_000_003 + i,
   )
   run.state, history = step_lib.run_steps(run.rl_step, run.state, minibatches)
@@ -755,7 +757,7 @@ def rl_step(run: Run, reference) -> dict[str, float]:
   adv = np.asarray(adv_BxT)[mask]
   metrics = {
     **eval_metrics(trajs, run.rollout, rollout_m["seconds"]),
-    **_mean_metrics(history),
+    **(_mean_metrics(history) if history else {}),  # none in warm-up
     **critic_m,
   }
   metrics.update(

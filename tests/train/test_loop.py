@@ -217,6 +217,25 @@ def test_ppo_critic_trains_checkpoints_and_resumes_exactly(sft_stage, tmp_path):
     loop.setup(bad, str(tmp_path / "bad"))
 
 
+def test_critic_warmup_holds_the_policy(sft_stage, tmp_path):
+  source, _ = sft_stage
+  config = _config(1, estimator="ppo")
+  config.init_from = str(source)
+  config.critic.warmup_steps = 1
+  loop.train(config, str(tmp_path))
+  got, _ = _params(tmp_path, config)
+  want, _ = _params(source, _config(0))
+  jax.tree.map(np.testing.assert_array_equal, got, want)
+  rows = read_jsonl(str(tmp_path / "logs" / "metrics.jsonl"))
+  (row,) = [r for r in rows if r["step"] == 1]
+  assert "loss" not in row and row["critic/optimizer_step"] > 0
+  config.rl.steps = 2  # after the warm-up the policy trains
+  loop.train(config, str(tmp_path))
+  assert "loss" in _rl_rows(tmp_path)[2]
+  with pytest.raises(critic_lib.CriticConfigError, match="warmup_steps"):
+    critic_lib.CriticConfig(warmup_steps=-1)
+
+
 def test_search_qa_smoke_run_trains_on_tag_protocol_episodes(tmp_path):
   # The credit-assignment sweep's tool environment, end to end at smoke
   # size: SFT on expert search/answer demos, then RL with PRM evidence.
