@@ -56,17 +56,18 @@ class CriticEstimate(NamedTuple):
   value_mask_BxL: jax.Array
 
 
-def _per_turn_extreme(
-  score_BxL: jax.Array, turn_id_BxL: jax.Array, num_turns: int, op
+def _per_turn(
+  op, x_BxL: jax.Array, turn_id_BxL: jax.Array, num_turns: int
 ) -> jax.Array:
-  """op (segment_min / segment_max) of `score_BxL` over each row's turns."""
+  """`op` (a `jax.ops.segment_*`) of `x_BxL` over each row's turns: BxT.
+  Padding tokens go to one extra segment, dropped."""
   b, _ = turn_id_BxL.shape
   ids_BxL = jnp.where(
     turn_id_BxL >= 0,
     jnp.arange(b)[:, None] * num_turns + turn_id_BxL,
     b * num_turns,
   )
-  out = op(score_BxL.ravel(), ids_BxL.ravel(), num_segments=b * num_turns + 1)
+  out = op(x_BxL.ravel(), ids_BxL.ravel(), num_segments=b * num_turns + 1)
   return out[:-1].reshape(b, num_turns)
 
 
@@ -84,9 +85,7 @@ def decision_positions(
   i_BxL = jnp.broadcast_to(jnp.arange(l), turn_id_BxL.shape)
   untrained_BxL = (loss_mask_BxL <= 0).astype(jnp.int32)
   score_BxL = i_BxL + l * untrained_BxL  # trained tokens sort first
-  best_BxT = _per_turn_extreme(
-    score_BxL, turn_id_BxL, num_turns, jax.ops.segment_min
-  )
+  best_BxT = _per_turn(jax.ops.segment_min, score_BxL, turn_id_BxL, num_turns)
   present_BxT = best_BxT < 2 * l
   trained_BxT = present_BxT & (best_BxT < l)
   pos_BxT = jnp.where(present_BxT, best_BxT % l, 0)
@@ -100,9 +99,7 @@ def _last_step_positions(
   _, l = turn_id_BxL.shape
   i_BxL = jnp.broadcast_to(jnp.arange(l), turn_id_BxL.shape)
   score_BxL = jnp.where(step_BxL, i_BxL, -1)
-  return _per_turn_extreme(
-    score_BxL, turn_id_BxL, num_turns, jax.ops.segment_max
-  )
+  return _per_turn(jax.ops.segment_max, score_BxL, turn_id_BxL, num_turns)
 
 
 def _whiten(x: jax.Array, mask: jax.Array, eps: float = 1e-6) -> jax.Array:
@@ -139,7 +136,7 @@ def critic_gae(
     batch.turn_id_BxL, batch.loss_mask_BxL, t
   )
   rows_Bx1 = jnp.arange(b)[:, None]
-  trained_L = batch.loss_mask_BxL > 0
+  trained_BxL = batch.loss_mask_BxL > 0
   if level == "turn":
     value_BxT = value_BxL[rows_Bx1, pos_BxT] * turn_mask_BxT
     adv_BxT, ret_BxT = gae(
@@ -166,7 +163,7 @@ def critic_gae(
   extra_BxL = ((pos_BxT[..., None] == i_L) & untrained_turn_BxT[..., None]).any(
     axis=1
   )
-  step_BxL = trained_L | extra_BxL
+  step_BxL = trained_BxL | extra_BxL
   last_BxT = _last_step_positions(step_BxL, batch.turn_id_BxL, t)
   put_BxTxL = (last_BxT[..., None] == i_L) & (turn_mask_BxT[..., None] > 0)
   reward_BxL = jnp.einsum(
@@ -179,7 +176,7 @@ def critic_gae(
   if whiten:
     adv_BxL = _whiten(adv_BxL, step_f)
   adv_BxL = adv_BxL * batch.loss_mask_BxL
-  value_mask_BxL = trained_L.astype(jnp.float32)
+  value_mask_BxL = trained_BxL.astype(jnp.float32)
   target_BxL = ret_BxL * value_mask_BxL
   adv_BxT = _turn_mean(adv_BxL, batch.loss_mask_BxL, batch.turn_id_BxL, t)
   return CriticEstimate(adv_BxL, adv_BxT, target_BxL, value_mask_BxL)
@@ -188,13 +185,8 @@ def critic_gae(
 def _turn_mean(
   x_BxL: jax.Array, mask_BxL: jax.Array, turn_id_BxL: jax.Array, num_turns: int
 ) -> jax.Array:
-  b, _ = turn_id_BxL.shape
-  ids_BxL = jnp.where(
-    turn_id_BxL >= 0,
-    jnp.arange(b)[:, None] * num_turns + turn_id_BxL,
-    b * num_turns,
+  total_BxT = _per_turn(
+    jax.ops.segment_sum, x_BxL * mask_BxL, turn_id_BxL, num_turns
   )
-  n = b * num_turns + 1
-  total = jax.ops.segment_sum((x_BxL * mask_BxL).ravel(), ids_BxL.ravel(), n)
-  count = jax.ops.segment_sum(mask_BxL.ravel(), ids_BxL.ravel(), n)
-  return (total / jnp.maximum(count, 1.0))[:-1].reshape(b, num_turns)
+  count_BxT = _per_turn(jax.ops.segment_sum, mask_BxL, turn_id_BxL, num_turns)
+  return total_BxT / jnp.maximum(count_BxT, 1.0)
