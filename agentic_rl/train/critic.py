@@ -31,6 +31,7 @@ from agentic_rl.train.state import (
   ModelState,
   OptimizerConfig,
   TrainState,
+  check_known_keys,
   make_layout,
   make_optimizer,
 )
@@ -68,9 +69,7 @@ class CriticConfig:
   @classmethod
   def from_dict(cls, d: Any) -> CriticConfig:
     d = dict(d)
-    unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
-    if unknown:
-      raise CriticConfigError(f"unknown critic keys: {sorted(unknown)}")
+    check_known_keys(cls, d, "critic", CriticConfigError)
     if "optimizer" in d:
       d["optimizer"] = OptimizerConfig.from_dict(d["optimizer"])
     return cls(**d)
@@ -101,6 +100,24 @@ def _build(
   )
 
 
+def _builder(config: CriticConfig):
+  return functools.partial(
+    _build, opt=config.optimizer, value_scale=config.value_scale
+  )
+
+
+def critic_layout(
+  policy: ModelState,
+  config: CriticConfig,
+  mesh,
+  rules: shd.Rules = shd.DEFAULT_TRAIN_RULES,
+) -> tuple[TrainState, Layout]:
+  """The critic's abstract state (shapes only, nothing allocated) and its
+  layout: the target of a checkpoint restore."""
+  abstract = jax.eval_shape(_builder(config), policy)
+  return abstract, make_layout(abstract, mesh, rules)
+
+
 def init_critic(
   policy: ModelState,
   config: CriticConfig,
@@ -109,12 +126,8 @@ def init_critic(
 ) -> tuple[TrainState, Layout]:
   """A critic whose trunk copies `policy` (own buffers) and whose head is
   zero, with fresh optimizer moments, born sharded; and its layout."""
-  fn = functools.partial(
-    _build, opt=config.optimizer, value_scale=config.value_scale
-  )
-  abstract = jax.eval_shape(fn, policy)
-  layout = make_layout(abstract, mesh, rules)
-  build = jax.jit(fn, out_shardings=layout.state)
+  _, layout = critic_layout(policy, config, mesh, rules)
+  build = jax.jit(_builder(config), out_shardings=layout.state)
   return build(policy), layout
 
 

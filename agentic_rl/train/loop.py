@@ -817,18 +817,23 @@ class CriticError(ValueError):
 def start_critic(run: Run) -> None:
   """The critic of this run: restored with the run's checkpoint, or, when
   RL starts, a copy of the post-SFT policy with a zero value head."""
-  run.critic, run.critic_layout = critic_lib.init_critic(
-    run.state.model, run.critic_config, run.layout.mesh, run.layout.rules
-  )
+  args = (run.state.model, run.critic_config, run.layout.mesh)
   i = run.host["rl_step"]
   ckpt = Checkpointer(str(run.workdir / "critic"), max_to_keep=None)
   try:
     if i in ckpt.all_steps():
-      run.critic, _ = ckpt.restore(run.critic, run.critic_layout, step=i)
+      abstract, run.critic_layout = critic_lib.critic_layout(
+        *args, run.layout.rules
+      )
+      run.critic, _ = ckpt.restore(abstract, run.critic_layout, step=i)
     elif i > 0:
       raise CriticError(
         f"{run.workdir}: the estimator uses a critic but none was saved at "
         f"RL step {i} (was the run begun with a critic-free estimator?)"
+      )
+    else:
+      run.critic, run.critic_layout = critic_lib.init_critic(
+        *args, run.layout.rules
       )
   finally:
     ckpt.close()

@@ -88,10 +88,18 @@ class OptimizerConfig:
   def from_dict(cls, d: Any) -> OptimizerConfig:
     """From a mapping (e.g. `ConfigDict.to_dict()`); unknown keys raise."""
     d = dict(d)
-    unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
-    if unknown:
-      raise StateConfigError(f"unknown optimizer keys: {sorted(unknown)}")
+    check_known_keys(cls, d, "optimizer", StateConfigError)
     return cls(**d)
+
+
+def check_known_keys(
+  cls: type, d: Any, what: str, error: type[Exception]
+) -> None:
+  """Raises `error` naming the keys of `d` that are not fields of the
+  dataclass `cls` (a config section with a typo fails loudly)."""
+  unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
+  if unknown:
+    raise error(f"unknown {what} keys: {sorted(unknown)}")
 
 
 def make_schedule(config: OptimizerConfig) -> optax.Schedule:
