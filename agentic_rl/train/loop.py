@@ -122,7 +122,7 @@ class Run:
   writer: MetricWriter
   host: dict[str, Any]
   sft_step: Any  # jitted (state, batch) -> (state, metrics)
-  rl_step: Any  # jitted (state, PolicyInputs) -> (state, metrics)
+  rl_step: Any  # jitted (state, PolicyInputs) -> (state, metrics), or None
   # PPO's value model, when the estimator uses values (`start_critic`).
   critic_config: critic_lib.CriticConfig | None = None
   critic: TrainState | None = None
@@ -251,16 +251,18 @@ def setup(config, workdir: str) -> Run:
     ),
     layout,
   )
-  rl_step = step_lib.make_train_step(
-    step_lib.StepConfig(
-      optimizer=rl_opt,
-      loss=rl_loss,
-      num_microbatches=config.rl.num_microbatches,
-    ),
-    layout,
-    teacher,
-    t_shardings,
-  )
+  rl_step = None  # an SFT-only stage builds no RL step (nor its teacher)
+  if config.rl.steps:
+    rl_step = step_lib.make_train_step(
+      step_lib.StepConfig(
+        optimizer=rl_opt,
+        loss=rl_loss,
+        num_microbatches=config.rl.num_microbatches,
+      ),
+      layout,
+      teacher,
+      t_shardings,
+    )
   return Run(
     config,
     workdir,
@@ -590,8 +592,8 @@ def rl_teacher(config, loss: losses.PolicyLossConfig, mesh):
   `loss.teacher_coef` weighs its divergence from the policy on the policy's
   own samples; `loss.pg_coef=0` leaves that term alone (pure on-policy
   distillation). With `loss.teacher_coef` = 0 it only logs the agreement.
-  Returns (teacher ModelState, its shardings, what the summary says of
-  it), or three Nones.
+  A run without RL steps never loads it. Returns (teacher ModelState, its
+  shardings, what the summary says of it), or three Nones.
   """
   source = config.rl.get("teacher") or ""
   if not source:
@@ -600,6 +602,8 @@ def rl_teacher(config, loss: losses.PolicyLossConfig, mesh):
         f"loss.teacher_coef={loss.teacher_coef} needs rl.teacher (the "
         "workdir of a finished run)"
       )
+    return None, None, None
+  if not config.rl.steps:  # an SFT-only stage (e.g. a sweep's shared one)
     return None, None, None
   teacher, t_layout, t_config, t_host = load_policy(source, mesh)
   if t_config.env.name != config.env.name:

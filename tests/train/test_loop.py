@@ -335,6 +335,13 @@ def test_bad_rl_teachers_are_named_errors(sft_stage, tmp_path):
   config.rl.teacher = str(tmp_path / "nowhere")
   with pytest.raises(loop.TeacherError, match="no config.json"):
     loop.setup(config, str(tmp_path / "b"))
+  # An SFT-only stage never loads the teacher: "nowhere" is not read.
+  config.rl.steps = 0
+  run = loop.setup(config, str(tmp_path / "sft_only"))
+  run.checkpointer.close()
+  run.writer.close()
+  assert "rl_teacher" not in run.host
+  config.rl.steps = 1
   config.rl.teacher = str(teacher)
   config.env.name = "frozenlake"
   config.env.options = {}
