@@ -37,6 +37,8 @@ AGG_MODES: tuple[str, ...] = (
 )
 KlEstimator = Literal["k1", "k2", "k3"]
 KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
+RatioLevel = Literal["token", "turn", "sequence"]
+RATIO_LEVELS: tuple[str, ...] = ("token", "turn", "sequence")
 Divergence = Literal["forward_kl", "reverse_kl", "jsd"]
 DIVERGENCES: tuple[str, ...] = ("forward_kl", "reverse_kl", "jsd")
 
@@ -208,6 +210,22 @@ class PolicyLossConfig:
   on a bad action cannot blow up the update. `kl_coef` > 0 needs reference
   log-probs; `entropy_coef` > 0 needs entropies.
 
+  `ratio_level` is the unit the importance ratio is taken over:
+    * `token` (PPO): r_t = pi(y_t) / pi_old(y_t), clipped token by token.
+    * `sequence` (GSPO; Zheng et al. 2025, "Group Sequence Policy
+      Optimization"): every trained token of a row shares the length-
+      normalised sequence ratio s = exp(mean_t log r_t), and the clip keeps
+      or drops the row whole. The GSPO-token form is used: the value is s,
+      the gradient s * grad log pi(y_t), so advantages may still vary per
+      token (per turn, here).
+    * `turn`: the same over each turn's action tokens, the unit an agent
+      acts in (turn-level importance sampling, proposed for multi-turn
+      agent training). Needs the batch's turn ids.
+  The geometric mean shrinks the spread of the ratio, so GSPO pairs it with
+  clip ranges hundreds of times smaller than PPO's (3e-4 / 4e-4 in the
+  paper).
+  On-policy (r_t = 1) the three give the same loss and gradient.
+
   Teacher guidance (on-policy distillation): `teacher_coef` > 0 adds
   teacher_coef * agg(D(teacher || student)) on the student's own sampled
   tokens, D being `token_divergence(teacher_divergence, teacher_temperature,
@@ -225,6 +243,7 @@ class PolicyLossConfig:
   entropy_coef: float = 0.0
   agg: AggMode = "token-mean"
   norm_length: int | None = None
+  ratio_level: RatioLevel = "token"
   pg_coef: float = 1.0
   teacher_coef: float = 0.0
   teacher_divergence: Divergence = "reverse_kl"
@@ -266,6 +285,10 @@ class PolicyLossConfig:
       )
     if self.kl_coef < 0.0:
       raise LossConfigError(f"kl_coef must be >= 0, got {self.kl_coef}")
+    if self.ratio_level not in RATIO_LEVELS:
+      raise LossConfigError(
+        f"unknown ratio_level {self.ratio_level!r}; one of {RATIO_LEVELS}"
+      )
 
 
 def clipped_pg_loss(
@@ -295,6 +318,55 @@ def clipped_pg_loss(
   return loss_BxL, ratio_BxL
 
 
+def segment_mean(
+  x_BxL: jax.Array, mask_BxL: jax.Array, segment_BxL: jax.Array
+) -> jax.Array:
+  """Each token's mean of `x_BxL` over the masked tokens of its segment.
+
+  Segments are the runs of one `segment_BxL` value within a row (e.g. turn
+  ids; all zeros for the whole row). Masked-out tokens join no mean and get
+  the mean of their segment's masked tokens (0 if it has none).
+  """
+  b, l = x_BxL.shape
+  # A segment id is < L (turn ids are), so b * L + id is unique per row.
+  ids_BxL = jnp.arange(b)[:, None] * l + jnp.clip(segment_BxL, 0, l - 1)
+  w_BxL = mask_BxL.astype(jnp.float32)
+  sums = jax.ops.segment_sum((x_BxL * w_BxL).ravel(), ids_BxL.ravel(), b * l)
+  counts = jax.ops.segment_sum(w_BxL.ravel(), ids_BxL.ravel(), b * l)
+  return (sums / jnp.maximum(counts, 1.0))[ids_BxL]
+
+
+def level_logp(
+  logp_BxL: jax.Array,
+  old_logp_BxL: jax.Array,
+  mask_BxL: jax.Array,
+  level: RatioLevel,
+  turn_id_BxL: jax.Array | None = None,
+) -> jax.Array:
+  """Log-probs whose ratio to `old_logp_BxL` is the `level` ratio.
+
+  For `turn` / `sequence` the value of logp - old is the mean log-ratio of
+  the token's turn / row (GSPO's length-normalised ratio), while the
+  gradient is that of logp itself: sg(mean) + logp - sg(logp), so that
+  d ratio_t / d logp_t = ratio_t, as in GSPO-token.
+  """
+  if level == "token":
+    return logp_BxL
+  if level == "turn":
+    if turn_id_BxL is None:
+      raise LossConfigError("ratio_level='turn' needs turn_id_BxL")
+    segment_BxL = turn_id_BxL
+  elif level == "sequence":
+    segment_BxL = jnp.zeros(logp_BxL.shape, jnp.int32)
+  else:
+    raise LossConfigError(
+      f"unknown ratio_level {level!r}; one of {RATIO_LEVELS}"
+    )
+  logp_sg_BxL = jax.lax.stop_gradient(logp_BxL)
+  mean_BxL = segment_mean(logp_sg_BxL - old_logp_BxL, mask_BxL, segment_BxL)
+  return old_logp_BxL + mean_BxL + (logp_BxL - logp_sg_BxL)
+
+
 def policy_loss(
   logp_BxL: jax.Array,
   old_logp_BxL: jax.Array,
@@ -305,9 +377,13 @@ def policy_loss(
   ref_logp_BxL: jax.Array | None = None,
   entropy_BxL: jax.Array | None = None,
   teacher_div_BxL: jax.Array | None = None,
+  turn_id_BxL: jax.Array | None = None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
   """pg_coef * clipped PG loss + kl_coef * KL - entropy_coef * entropy
   + teacher_coef * divergence from a teacher, each aggregated.
+
+  The PG ratio is taken at `config.ratio_level` (`turn` reads
+  `turn_id_BxL`); the ratio and clip metrics report that ratio.
 
   Every term uses `config.agg` over `loss_mask_BxL`, so a token outside the
   mask (observation, prompt, padding) receives exactly zero gradient.
@@ -329,6 +405,7 @@ def policy_loss(
     ref_logp_BxL=ref_logp_BxL,
     entropy_BxL=entropy_BxL,
     teacher_div_BxL=teacher_div_BxL,
+    turn_id_BxL=turn_id_BxL,
   )
   if config.teacher_coef > 0 and teacher_div_BxL is None:
     raise LossConfigError("teacher_coef > 0 needs teacher_div_BxL")
@@ -349,7 +426,9 @@ def policy_loss(
     return aggregate(v_BxL, mask_BxL, config.agg, config.norm_length)
 
   pg_BxL, ratio_BxL = clipped_pg_loss(
-    logp_BxL,
+    level_logp(
+      logp_BxL, old_logp_BxL, mask_BxL, config.ratio_level, turn_id_BxL
+    ),
     old_logp_BxL,
     adv_BxL,
     config.clip_low,

@@ -99,6 +99,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     "kl_estimator": "k3",
     "entropy_coef": 0.001,
     "agg": "seq-mean-token-mean",
+    # importance ratio per token (PPO), per turn or per sequence (GSPO)
+    "ratio_level": "token",
     "pg_coef": 1.0,  # 0 with a teacher: pure on-policy distillation
     # rl.teacher's divergence from the policy on the policy's own samples
     "teacher_coef": 0.0,

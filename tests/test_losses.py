@@ -345,6 +345,7 @@ def test_policy_loss_jit_matches_eager():
     ({"pg_coef": 0.0}, "nothing else drives"),
     ({"teacher_divergence": "kl"}, "divergence"),
     ({"teacher_temperature": 0.0}, "temperature"),
+    ({"ratio_level": "episode"}, "ratio_level"),
   ],
 )
 def test_bad_config(kwargs, match):
@@ -547,3 +548,115 @@ def test_value_loss_golden_and_clipping_gradient():
     losses.value_loss(value, old, target, mask, clip=-1.0)
   with pytest.raises(losses.LossShapeError):
     losses.value_loss(value, old[:, :2], target, mask)
+
+
+# ---------------------------------------------------------------------------
+# Importance ratio per turn / per sequence (GSPO).
+
+
+def _level_loss(
+  level, logp, old, adv, mask, turn_id, agg="seq-mean-token-mean"
+):
+  cfg = PolicyLossConfig(
+    clip_low=0.2, clip_high=0.28, agg=agg, ratio_level=level
+  )
+  return losses.policy_loss(logp, old, adv, mask, cfg, turn_id_BxL=turn_id)
+
+
+def test_sequence_ratio_golden_clips_whole_rows():
+  # Row 0: trained tokens at 1..3 with ratios 1.1, 1.3, 0.9; row 1: ratios
+  # 2.0 and 1.0 (tokens 1, 2). Observation tokens hold garbage ratios.
+  ratio = np.array([[7.0, 1.1, 1.3, 0.9, 7.0], [7.0, 2.0, 1.0, 7.0, 7.0]])
+  mask = np.array([[0, 1, 1, 1, 0], [0, 1, 1, 0, 0]], np.float32)
+  old = jnp.full(ratio.shape, -1.0)
+  logp = old + jnp.log(jnp.asarray(ratio, jnp.float32))
+  adv = jnp.ones(ratio.shape)
+  turn_id = jnp.zeros(ratio.shape, jnp.int32)
+  s0 = (1.1 * 1.3 * 0.9) ** (1 / 3)  # 1.0877 < 1.28: row 0 unclipped
+  s1 = math.sqrt(2.0)  # 1.414 > 1.28: row 1 clipped at 1.28, whole
+  loss, m = _level_loss("sequence", logp, old, adv, mask, turn_id)
+  np.testing.assert_allclose(loss, (-s0 - 1.28) / 2, rtol=1e-5)
+  np.testing.assert_allclose(m["ratio_max"], s1, rtol=1e-5)
+  np.testing.assert_allclose(m["clip_frac_high"], 2 / 5, rtol=1e-6)
+  grad = jax.grad(
+    lambda lp: _level_loss("sequence", lp, old, adv, mask, turn_id)[0]
+  )(logp)
+  # d/dlogp_t of mean_rows(mean_t(-A s)) = -s / (2 rows * 3 tokens) in row 0;
+  # 0 for both of row 1's tokens (token-level PPO would train the 1.0 one).
+  want = np.zeros(ratio.shape)
+  want[0, 1:4] = -s0 / 6
+  np.testing.assert_allclose(grad, want, rtol=1e-5, atol=1e-8)
+  token_grad = jax.grad(
+    lambda lp: _level_loss("token", lp, old, adv, mask, turn_id)[0]
+  )(logp)
+  assert float(token_grad[1, 2]) == pytest.approx(-1.0 / 4)
+
+
+def test_turn_ratio_golden():
+  # One row: obs (turn 0), actions a b (turn 0), obs (turn 1), action c
+  # (turn 1), padding. Turn 0's ratio sqrt(1.2 * 0.8), turn 1's 1.5.
+  ratio = np.array([[3.0, 1.2, 0.8, 3.0, 1.5, 3.0]], np.float32)
+  mask = jnp.asarray([[0, 1, 1, 0, 1, 0]], jnp.float32)
+  turn_id = jnp.asarray([[0, 0, 0, 1, 1, -1]])
+  adv = jnp.asarray([[1.0, 1.0, 1.0, -1.0, -1.0, 0.0]])
+  old = jnp.full(ratio.shape, -2.0)
+  logp = old + jnp.log(jnp.asarray(ratio))
+  s0, s1 = math.sqrt(1.2 * 0.8), 1.5
+  loss, m = _level_loss("turn", logp, old, adv, mask, turn_id, "token-mean")
+  # A < 0 above 1 + clip_high: unclipped, loss -A * r = 1.5.
+  np.testing.assert_allclose(loss, (-2 * s0 + s1) / 3, rtol=1e-5)
+  np.testing.assert_allclose(m["ratio_mean"], (2 * s0 + s1) / 3, rtol=1e-5)
+  grad = jax.grad(
+    lambda lp: _level_loss("turn", lp, old, adv, mask, turn_id, "token-mean")[0]
+  )(logp)
+  want = [[0.0, -s0 / 3, -s0 / 3, 0.0, s1 / 3, 0.0]]
+  np.testing.assert_allclose(grad, want, rtol=1e-5, atol=1e-8)
+
+
+def test_ratio_levels_agree_on_policy_and_turn_of_one_token_is_token():
+  rng = np.random.default_rng(0)
+  shape = (4, 12)
+  logp = jnp.asarray(rng.normal(-2.0, 0.5, shape), jnp.float32)
+  adv = jnp.asarray(rng.normal(size=shape), jnp.float32)
+  mask = jnp.asarray(rng.random(shape) < 0.6, jnp.float32)
+  turn_id = jnp.asarray(np.sort(rng.integers(0, 3, shape), axis=1))
+
+  def loss_and_grad(level, old, turns=turn_id):
+    return jax.value_and_grad(
+      lambda lp: _level_loss(level, lp, old, adv, mask, turns)[0]
+    )(logp)
+
+  # On-policy every ratio is 1: the three levels are the same objective.
+  ref = loss_and_grad("token", logp)
+  for level in ("turn", "sequence"):
+    got = loss_and_grad(level, logp)
+    np.testing.assert_allclose(got[0], ref[0], rtol=1e-6)
+    np.testing.assert_allclose(got[1], ref[1], rtol=1e-6, atol=1e-9)
+  # Off-policy they differ; with one trained token per turn, turn = token.
+  old = logp + jnp.asarray(rng.normal(0.0, 0.3, shape), jnp.float32)
+  assert not np.allclose(
+    loss_and_grad("sequence", old)[1], loss_and_grad("token", old)[1]
+  )
+  own_turn = jnp.broadcast_to(jnp.arange(shape[1]), shape)
+  got, want = loss_and_grad("turn", old, own_turn), loss_and_grad("token", old)
+  np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+  np.testing.assert_allclose(got[1], want[1], rtol=1e-6, atol=1e-9)
+  # jit (the config is static) matches eager.
+  jitted = jax.jit(
+    lambda lp, o: _level_loss("turn", lp, o, adv, mask, turn_id)[0]
+  )
+  np.testing.assert_allclose(
+    jitted(logp, old),
+    _level_loss("turn", logp, old, adv, mask, turn_id)[0],
+    rtol=1e-6,
+  )
+
+
+def test_turn_ratio_needs_turn_ids():
+  x = jnp.zeros((2, 3))
+  with pytest.raises(losses.LossConfigError, match="needs turn_id_BxL"):
+    losses.policy_loss(x, x, x, x + 1, PolicyLossConfig(ratio_level="turn"))
+  with pytest.raises(losses.LossShapeError):
+    losses.policy_loss(
+      x, x, x, x, PolicyLossConfig(ratio_level="turn"), turn_id_BxL=x[:, :2]
+    )

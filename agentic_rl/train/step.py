@@ -347,6 +347,7 @@ def policy_loss_fn(
     ref_logp_BxL=inputs.ref_logp_BxL,
     entropy_BxL=entropy_BxL,
     teacher_div_BxL=div_BxL,
+    turn_id_BxL=batch.turn_id_BxL,
   )
   if agree_BxL is not None:
     metrics["teacher_top1_agreement"] = losses.masked_mean(

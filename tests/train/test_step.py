@@ -188,6 +188,47 @@ def test_logged_learning_rate_follows_the_optimizer_count(rl_setup):
   assert int(sp.schedule_count((), jnp.asarray(7))) == 7
 
 
+def test_turn_level_ratio_reads_the_batch_turns(rl_setup):
+  cfg = dataclasses.replace(
+    STEP_CONFIG,
+    loss=dataclasses.replace(STEP_CONFIG.loss, ratio_level="turn"),
+  )
+  turn_step = sp.make_train_step(cfg, rl_setup.layout)
+  inputs = rl_setup.inputs
+  # On-policy every ratio is 1: the same loss and gradient as per token.
+  _, token = rl_setup.step_fn(fresh_state(), inputs)
+  _, turn = turn_step(fresh_state(), inputs)
+  for k in ("loss", "grad_norm", "kl", "entropy"):
+    np.testing.assert_allclose(turn[k], token[k], rtol=1e-5, atol=1e-7)
+  # Off-policy by a known log-ratio per token: the ratio of every trained
+  # token is exp(mean log-ratio over its turn's trained tokens).
+  batch = inputs.batch
+  mask = np.asarray(batch.loss_mask_BxL) > 0
+  turn_id = np.asarray(batch.turn_id_BxL)
+  delta = np.random.default_rng(0).normal(0.0, 0.2, mask.shape)
+  old = np.asarray(inputs.ref_logp_BxL) - delta
+  _, m = turn_step(
+    fresh_state(), dataclasses.replace(inputs, old_logp_BxL=jnp.asarray(old))
+  )
+  ratios = []
+  for b in range(mask.shape[0]):
+    for t in np.unique(turn_id[b][mask[b]]):
+      on = mask[b] & (turn_id[b] == t)
+      ratios += [np.exp(delta[b][on].mean())] * int(on.sum())
+  np.testing.assert_allclose(m["ratio_max"], max(ratios), rtol=1e-4)
+  np.testing.assert_allclose(m["ratio_mean"], np.mean(ratios), rtol=1e-4)
+  # The per-turn means (a scatter over rows) on a 2x2x2 mesh: same numbers.
+  if len(jax.devices()) >= 8:
+    state, layout = st.create_train_state(
+      MODEL_CONFIG, OPT_CONFIG, mesh=shd.make_mesh((2, 2, 2))
+    )
+    off = jax.device_put(
+      dataclasses.replace(inputs, old_logp_BxL=jnp.asarray(old)), layout.data
+    )
+    _, m8 = sp.make_train_step(cfg, layout)(state, off)
+    _close(jax.device_get(m8), jax.device_get(m), rtol=1e-4, atol=1e-6)
+
+
 def test_gradient_accumulation_matches_full_batch(rl_setup):
   cfg2 = dataclasses.replace(STEP_CONFIG, num_microbatches=2)
   outs = []
