@@ -14,6 +14,12 @@ An ablation config (`configs/ablations/*.py`) returns its base config plus
   checks      extra runs that are not part of the comparison (e.g. the
               sharded path on simulated devices): dicts with name, env,
               estimator, seed, overrides and env_vars
+  arms        (optional) named arms that are not a config variant of their
+              own: arm name -> {"variant": <an estimator variant>,
+              "overrides": {...}}. An entry of `estimators` naming an arm
+              runs that variant with the arm's overrides added (after
+              `overrides`), under the arm's name: a loss or critic
+              setting becomes one more arm of the comparison
   shared_sft  (optional, default False) run the SFT stage once per
               (env, seed), as `<env>/sft/seed<seed>` with `rl.steps=0`,
               and start every estimator's RL from it (`config.init_from`):
@@ -179,6 +185,23 @@ def _check_sweep(sweep: Any) -> None:
   baseline = sweep.get("baseline")
   if baseline is not None and baseline not in sweep["estimators"]:
     raise SweepSpecError(f"sweep.baseline {baseline!r} is not swept")
+  _arms(sweep)
+
+
+def _arms(sweep: Any) -> dict[str, tuple[str, dict[str, Any]]]:
+  """sweep.arms as arm name -> (variant, flat overrides), checked."""
+  arms = {}
+  for name, arm in _as_dict(sweep.get("arms") or {}, "arms").items():
+    arm = _as_dict(arm, f"arms[{name!r}]")
+    unknown = set(arm) - {"variant", "overrides"}
+    if "/" in name or not isinstance(arm.get("variant"), str) or unknown:
+      raise SweepSpecError(
+        f"sweep.arms[{name!r}] = {arm!r}: expected a name without '/' and "
+        "{'variant': <estimator variant>, 'overrides': {...}}"
+      )
+    overrides = _as_dict(arm.get("overrides", {}), f"arms[{name!r}].overrides")
+    arms[name] = (arm["variant"], flatten(overrides))
+  return arms
 
 
 def expand(sweep: Any, mesh: tuple[int, ...] | None = None) -> list[RunSpec]:
@@ -197,18 +220,22 @@ def expand(sweep: Any, mesh: tuple[int, ...] | None = None) -> list[RunSpec]:
   common = _as_dict(sweep.get("overrides", {}), "overrides")
   if mesh is not None:
     common = {**flatten(common), "mesh.shape": tuple(mesh)}
+  arms = _arms(sweep)
 
   def spec(env, est, seed, name, overrides, env_vars=(), kind="grid", init=""):
     if env not in envs:
       raise SweepSpecError(f"run {name!r}: unknown env {env!r}")
+    variant, arm_overrides = arms.get(est, (est, {}))
     return RunSpec(
       name=name,
       env=env,
       estimator=est,
       seed=int(seed),
       config_file=envs[env],
-      config_arg=f"{est},smoke" if smoke else est,
-      overrides=_overrides({"seed": seed, **overrides}),
+      config_arg=f"{variant},smoke" if smoke else variant,
+      overrides=_overrides(
+        {"seed": seed, **flatten(overrides), **arm_overrides}
+      ),
       env_vars=tuple(sorted(env_vars)),
       kind=kind,
       init_from_run=init,

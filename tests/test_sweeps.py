@@ -11,7 +11,7 @@ import textwrap
 import ml_collections
 import pytest
 
-from agentic_rl import rewards, sweeps
+from agentic_rl import losses, rewards, sweeps
 from agentic_rl.train import loop
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -221,6 +221,25 @@ def test_horizon_sweep_is_the_frozenlake_arm_with_30_moves():
     sweeps.load_config("configs/ablations/frozenlake_horizon.py:seeds=x")
 
 
+def test_critic_sweep_reruns_only_ppo_on_the_horizon_grid():
+  def runs(config):
+    return {r.name: r for r in sweeps.expand(sweeps.load_config(config).sweep)}
+
+  horizon = runs("configs/ablations/frozenlake_horizon.py:seeds=5")
+  critic = runs("configs/ablations/frozenlake_critic.py:seeds=5")
+  assert len(critic) == 5 + 3 * 5
+  for name, r in critic.items():
+    if r.estimator == "ppo":  # the grpo run's command with the ppo variant
+      grpo = horizon[name.replace("ppo", "grpo")]
+      assert r.config_arg == "ppo"
+      assert r.overrides == grpo.overrides
+      assert r.init_from_run == grpo.init_from_run
+    else:  # copied from frozenlake_horizon's root, so the same runs
+      assert r == horizon[name]
+  ppo = sweeps.load_config("configs/frozenlake.py:ppo")
+  assert ppo.estimator.name == "gae" and ppo.critic.value_scale == 1.0
+
+
 def test_env_configs():
   lake = sweeps.load_config("configs/frozenlake.py:gigpo,smoke")
   assert lake.env.name == "frozenlake" and lake.env.options.slippery
@@ -266,11 +285,69 @@ def test_commands_and_overrides():
     ({"baseline": "rloo"}, "not swept"),
     ({"envs": {"sokoban": "configs/nope.py"}}, "no such file"),
     ({"checks": ({"name": "c", "env": "atari"},)}, "lacks|unknown env"),
+    ({"arms": {"gigpo": {"overrides": {}}}}, "arms"),
+    ({"arms": {"gigpo": {"variant": "gigpo", "loss": {}}}}, "arms"),
+    ({"arms": {"a/b": {"variant": "gigpo"}}}, "arms"),
   ],
 )
 def test_bad_sweeps_are_named_errors(changes, match):
   with pytest.raises(sweeps.SweepSpecError, match=match):
     sweeps.expand(_tiny_sweep(**changes))
+
+
+def test_an_arm_is_a_variant_with_its_own_overrides():
+  sweep = _tiny_sweep(
+    estimators=("grpo", "gigpo", "gigpo_turn"),
+    arms={
+      "gigpo_turn": {
+        "variant": "gigpo",
+        "overrides": {"loss": {"ratio_level": "turn"}, "rl": {"steps": 2}},
+      }
+    },
+    shared_sft=True,
+  )
+  runs = {r.name: r for r in sweeps.expand(sweep)}
+  arm, gigpo = runs["sokoban/gigpo_turn/seed1"], runs["sokoban/gigpo/seed1"]
+  assert arm.estimator == "gigpo_turn" and arm.config_arg == "gigpo,smoke"
+  assert arm.init_from_run == gigpo.init_from_run == "sokoban/sft/seed1"
+  # The arm's overrides join the sweep's and win where both set a field.
+  assert dict(arm.overrides) == {
+    **dict(gigpo.overrides),
+    "loss.ratio_level": "turn",
+    "rl.steps": "2",
+  }
+  assert dict(gigpo.overrides)["rl.steps"] == "1"
+  argv = sweeps.command(arm, "/r", python="py")
+  assert "--config=configs/sokoban.py:gigpo,smoke" in argv
+  assert "--config.loss.ratio_level=turn" in argv
+  assert "--workdir=/r/sokoban/gigpo_turn/seed1" in argv
+  # The command is one the config accepts.
+  config = sweeps.load_config("configs/sokoban.py:gigpo,smoke")
+  config.loss.ratio_level = "turn"
+  assert losses.PolicyLossConfig(**config.loss).ratio_level == "turn"
+
+
+def test_ratio_level_sweep_differs_from_gigpo_only_in_the_loss():
+  runs = {
+    r.name: r
+    for r in sweeps.expand(
+      sweeps.load_config("configs/ablations/sokoban_ratio_level.py").sweep
+    )
+  }
+  assert len(runs) == 3 + 3 * 3
+  for seed in (0, 1, 2):
+    base = dict(runs[f"sokoban/gigpo/seed{seed}"].overrides)
+    assert base["rl.minibatch_size"] == "16" and base["rl.steps"] == "30"
+    for arm, level in (("gigpo_turn", "turn"), ("gigpo_sequence", "sequence")):
+      run = runs[f"sokoban/{arm}/seed{seed}"]
+      assert run.config_arg == "gigpo"
+      extra = set(dict(run.overrides).items()) - set(base.items())
+      assert ("loss.ratio_level", level) in extra
+      assert {k for k, _ in extra} <= {
+        "loss.ratio_level",
+        "loss.clip_low",
+        "loss.clip_high",
+      }
 
 
 def test_bad_inputs_are_named_errors():

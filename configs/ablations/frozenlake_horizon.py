@@ -37,7 +37,13 @@ HORIZON = 30
 MAX_LEN = 1024
 
 
-def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+def get_config(
+  arg: str | None = None,
+  name: str = "frozenlake_horizon",
+  estimators: tuple[str, ...] = ESTIMATORS,
+) -> ml_collections.ConfigDict:
+  """This sweep; or, with `name` and `estimators`, another sweep on its
+  grid (frozenlake_critic), whose runs of the same name are these."""
   seeds, smoke = credit_assignment.parse_arg(arg)
   c = frozenlake.get_config("grpo,smoke" if smoke else "grpo")
   horizon = {
@@ -47,9 +53,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     "length_buckets": (128, 192, 256, 320, 384, 512, 640, 768, 896, MAX_LEN),
   }
   c.sweep = credit_assignment.one_env_sweep(
-    "frozenlake_horizon",
+    name,
     "frozenlake",
-    ESTIMATORS,
+    estimators,
     seeds,
     smoke,
     changes=horizon,
