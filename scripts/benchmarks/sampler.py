@@ -38,6 +38,11 @@ greedy with no stop ids, so every row emits exactly its budget.
   time; divided by the HF tokens/s it is the largest speedup over HF this
   machine allows them.
 
+On an accelerator (`--hf_device=cuda`; JAX then runs on its default
+backend, the GPU), `generate` runs on the same device, both sides do full
+float32 products (no TF32: JAX's matmul precision is set to "highest"),
+and the two-sampler mode, a way to use a second CPU core, is left out.
+
 Prints a table and writes JSON (default experiments/benchmarks/sampler.json).
 """
 
@@ -65,6 +70,14 @@ from agentic_rl.sampling import Sampler
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DEFAULT_OUT = ROOT / "experiments" / "benchmarks" / "sampler.json"
 PRESET = "qwen3-bench"
+# Where `generate` and the torch side of the roofline run (`--hf_device`).
+HF_DEVICE = torch.device("cpu")
+
+
+def sync_torch() -> None:
+  """Waits for queued torch work, so a timer sees it (a no-op on CPU)."""
+  if HF_DEVICE.type == "cuda":
+    torch.cuda.synchronize()
 
 
 def hf_reference(config: models.ModelConfig, seed: int) -> torch.nn.Module:
@@ -91,11 +104,11 @@ def hf_reference(config: models.ModelConfig, seed: int) -> torch.nn.Module:
     for name, p in model.named_parameters():
       if not name.endswith("norm.weight"):
         p.normal_(0.0, 1.0 / np.sqrt(p.shape[-1]))
-  return model
+  return model.to(HF_DEVICE)
 
 
 def hf_generate(model, prompts_BxL: np.ndarray, new_tokens: int) -> np.ndarray:
-  ids = torch.tensor(prompts_BxL, dtype=torch.long)
+  ids = torch.tensor(prompts_BxL, dtype=torch.long, device=HF_DEVICE)
   with torch.inference_mode():
     out = model.generate(
       input_ids=ids,
@@ -106,7 +119,7 @@ def hf_generate(model, prompts_BxL: np.ndarray, new_tokens: int) -> np.ndarray:
       eos_token_id=None,
       pad_token_id=0,
     )
-  return out[:, prompts_BxL.shape[1] :].numpy()
+  return out[:, prompts_BxL.shape[1] :].cpu().numpy()
 
 
 def timed(fn, repeats: int) -> tuple[float, float, object]:
@@ -146,7 +159,12 @@ def single_turn(model, reference, batch, prompt_len, new, repeats, rng):
   hf_first, hf_warm, hf_tokens = timed(
     lambda: hf_generate(reference, prompts, new), repeats
   )
-  two = two_samplers(model, prompts, new, repeats) if batch >= 8 else None
+  on_cpu = jax.default_backend() == "cpu"
+  two = (
+    two_samplers(model, prompts, new, repeats)
+    if on_cpu and batch >= 8
+    else None
+  )
   bound = matmul_bound(model.config, batch, prompt_len, new, repeats)
   hf_tokens_per_s = batch * new / hf_warm
   return {
@@ -219,12 +237,13 @@ def matmul_peak_gflops(rows: int, d_in: int, d_out: int, repeats: int):
   a = rng.standard_normal((rows, d_in), np.float32)
   b = rng.standard_normal((d_in, d_out), np.float32)
   chain = 16
-  ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+  ta, tb = torch.from_numpy(a).to(HF_DEVICE), torch.from_numpy(b).to(HF_DEVICE)
 
   def run_torch():
     with torch.inference_mode():
       for _ in range(chain):
         torch.mm(ta, tb)
+    sync_torch()
 
   @jax.jit
   def run_xla(a, b):
@@ -531,7 +550,8 @@ def decode_by_cache_length(
 def logit_parity(model, reference, rng) -> float:
   tokens = rng.integers(0, model.config.vocab_size, (2, 48))
   with torch.inference_mode():
-    expected = reference(torch.tensor(tokens)).logits.numpy()
+    ids = torch.tensor(tokens, device=HF_DEVICE)
+    expected = reference(ids).logits.float().cpu().numpy()
   graphdef, state = nnx.split(model)
   forward = jax.jit(lambda s, t: nnx.merge(graphdef, s)(t))
   got = np.asarray(forward(state, tokens))
@@ -649,7 +669,22 @@ def main(argv: list[str]) -> None:
   parser.add_argument(
     "--quick", action="store_true", help="smoke run: batch 1 and 2 turns"
   )
+  parser.add_argument(
+    "--hf_device",
+    default="cpu",
+    help="torch device of the HF side: cpu, or cuda beside a JAX GPU",
+  )
   args = parser.parse_args(argv)
+  global HF_DEVICE
+  HF_DEVICE = torch.device(args.hf_device)
+  if HF_DEVICE.type != "cpu":
+    if jax.default_backend() == "cpu":
+      raise SystemExit(
+        f"--hf_device={args.hf_device} but JAX has no accelerator: both "
+        "sides must run on the same kind of device"
+      )
+    # Full float32 on both sides: torch does not use TF32 by default.
+    jax.config.update("jax_default_matmul_precision", "highest")
   batches = [int(b) for b in args.batches.split(",")]
   if args.quick:
     batches, args.turns, args.repeats, args.trajectories = [1], 2, 1, 2
@@ -672,6 +707,13 @@ def main(argv: list[str]) -> None:
       "cpu_count": os.cpu_count(),
       "jax_backend": jax.default_backend(),
       "jax_devices": jax.device_count(),
+      "jax_device_kind": jax.devices()[0].device_kind,
+      "hf_device": str(HF_DEVICE),
+      "hf_device_name": (
+        torch.cuda.get_device_name(HF_DEVICE)
+        if HF_DEVICE.type == "cuda"
+        else platform.processor()
+      ),
       "torch_threads": torch.get_num_threads(),
       "jax": jax.__version__,
       "torch": torch.__version__,
