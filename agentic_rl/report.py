@@ -681,6 +681,11 @@ def _literature_note(summary: Mapping[str, Any]) -> str:
   above = [g for g in gigpo if g[2]["lo"] is not None and g[2]["lo"] > 0]
   if summary["smoke"]:
     return LITERATURE + " A smoke sweep can neither confirm nor contradict it."
+  if not summary["baseline"].startswith("grpo"):
+    return (
+      LITERATURE + f" This report pairs its arms against {summary['baseline']},"
+      " not a GRPO arm, so it does not test that claim."
+    )
   if not gigpo:
     return LITERATURE + " This sweep has no GiGPO run to compare."
   if above:

@@ -299,6 +299,7 @@ def test_literature_note_names_agreeing_and_unresolved_envs():
 
   summary = {
     "smoke": False,
+    "baseline": "grpo",
     "envs": {
       "box": {"grpo": {}, "gigpo": row(0.01, 0.2), "rloo": row(0.1, 0.3)},
       "lake": {"grpo": {}, "gigpo": row(-0.1, 0.1)},
@@ -313,6 +314,13 @@ def test_literature_note_names_agreeing_and_unresolved_envs():
   summary["envs"]["box"]["gigpo"] = row(-0.05, 0.2)
   assert "no GiGPO variant is distinguishably above GRPO on any" in (
     report._literature_note(summary)
+  )
+  # Against a GiGPO baseline (arms of one estimator) the rows say nothing
+  # about GiGPO vs GRPO, whatever their names.
+  summary["envs"]["box"]["gigpo"] = row(0.01, 0.2)
+  assert report._literature_note({**summary, "baseline": "gigpo"}).endswith(
+    "pairs its arms against gigpo, not a GRPO arm, so it does not test that "
+    "claim."
   )
   summary["smoke"] = True
   assert report._literature_note(summary).endswith(
