@@ -23,9 +23,9 @@ update of a batch is on-policy, where the three ratios coincide
 (`tests/test_losses.py`), so more updates per batch give the ratio's unit
 more to decide. Every arm, the token baseline included, runs with it.
 
-`arg`: as `sokoban_reward_input` ('', 'smoke' or 'seeds=N'). Seeds 0-2
-ran (`experiments/sokoban_ratio_level/`: 3 x 3 RL runs of ~12 minutes and
-3 SFT stages, two at a time, 76 minutes on 2 cores).
+`arg`: as `sokoban_reward_input` ('', 'smoke' or 'seeds=N'). Seeds 0-4
+ran (`experiments/sokoban_ratio_level/`: 5 x 3 RL runs of ~11 minutes and
+5 SFT stages, two at a time, about 2 hours on 2 cores).
 """
 
 import ml_collections
