@@ -672,13 +672,6 @@ def findings(summary: Mapping[str, Any]) -> list[str]:
 
 
 def _literature_note(summary: Mapping[str, Any]) -> str:
-  gigpo = [
-    (env, est, row["vs_baseline"]["final_success"])
-    for env, stats in summary["envs"].items()
-    for est, row in stats.items()
-    if est.startswith("gigpo") and row.get("vs_baseline")
-  ]
-  above = [g for g in gigpo if g[2]["lo"] is not None and g[2]["lo"] > 0]
   if summary["smoke"]:
     return LITERATURE + " A smoke sweep can neither confirm nor contradict it."
   if not summary["baseline"].startswith("grpo"):
@@ -686,6 +679,13 @@ def _literature_note(summary: Mapping[str, Any]) -> str:
       LITERATURE + f" This report pairs its arms against {summary['baseline']},"
       " not a GRPO arm, so it does not test that claim."
     )
+  gigpo = [
+    (env, est, row["vs_baseline"]["final_success"])
+    for env, stats in summary["envs"].items()
+    for est, row in stats.items()
+    if est.startswith("gigpo") and row.get("vs_baseline")
+  ]
+  above = [g for g in gigpo if g[2]["lo"] is not None and g[2]["lo"] > 0]
   if not gigpo:
     return LITERATURE + " This sweep has no GiGPO run to compare."
   if above:
