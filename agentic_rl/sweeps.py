@@ -326,6 +326,28 @@ def is_finished(root: str | os.PathLike, run: RunSpec) -> bool:
   return (wd / SUMMARY).is_file()
 
 
+def unfinished(
+  runs: Sequence[RunSpec], root: str | os.PathLike
+) -> list[RunSpec]:
+  """The runs a sweep still has to launch, in order.
+
+  Finished runs are left out (`is_finished`), and so is a shared SFT stage
+  that lost its checkpoint once every run of `runs` that starts from it has
+  finished: nothing would start from the rerun. Extending a committed sweep
+  root with more seeds or arms then trains only the stages the new runs
+  need. A stage that no run of `runs` starts from (`--only` picked it
+  alone) runs as asked.
+  """
+  left = [r for r in runs if not is_finished(root, r)]
+  waited_on = {r.init_from_run for r in left}
+  started_from = {r.init_from_run for r in runs}
+  return [
+    r
+    for r in left
+    if r.kind != "sft" or r.name in waited_on or r.name not in started_from
+  ]
+
+
 def command(
   run: RunSpec,
   root: str | os.PathLike,
@@ -476,7 +498,7 @@ def run_sweep(
   on_result: Callable[[RunResult], None] | None = None,
   compilation_cache: str | os.PathLike | None = None,
 ) -> list[RunResult]:
-  """Runs every unfinished run, `workers` processes at a time, in order.
+  """Runs every unfinished run (`unfinished`), `workers` at a time, in order.
 
   A run that starts from a shared SFT stage (`init_from_run`) of this call
   waits for that stage only: with three stages on two workers, seed 0's
@@ -489,7 +511,8 @@ def run_sweep(
     raise SweepSpecError(f"--workers must be >= 1, got {workers}")
   results: dict[str, RunResult] = {}
   names = {r.name for r in runs}
-  pending = list(runs)
+  todo = {r.name for r in unfinished(runs, root)}
+  pending = [r for r in runs if r.name in todo]
   running: dict[concurrent.futures.Future, RunSpec] = {}
 
   def record(result: RunResult) -> None:
@@ -500,6 +523,9 @@ def run_sweep(
   def ready(run: RunSpec) -> bool:  # its stage is not run here, or is done
     return run.init_from_run not in names or run.init_from_run in results
 
+  for run in runs:
+    if run.name not in todo:
+      record(RunResult(run.name, "skipped"))
   with concurrent.futures.ThreadPoolExecutor(workers) as pool:
     while pending or running:
       for run in [r for r in pending if ready(r)]:

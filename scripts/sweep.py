@@ -61,7 +61,7 @@ def main(argv: list[str]) -> int:
   mesh = sweeps.parse_mesh(_MESH.value) if _MESH.value else None
   runs = sweeps.expand(config.get("sweep"), mesh=mesh)
   chosen = sweeps.select(runs, _ONLY.value) if _ONLY.value else runs
-  todo = [r for r in chosen if not sweeps.is_finished(_ROOT.value, r)]
+  todo = sweeps.unfinished(chosen, _ROOT.value)
   if _PRINT.value:
     for run in todo:
       print(

@@ -459,6 +459,22 @@ def test_shared_sft_stages_run_first_and_gate_their_runs(tmp_path, monkeypatch):
   checkpoint.rmdir()
   assert not sweeps.is_finished(root, seed0)
   assert sweeps.is_finished(root, runs[2])  # grid runs need no checkpoint
+  # But seed 0's runs have all finished, so nothing needs that rerun (a
+  # committed root extended with more seeds): only seed 1 is left to run.
+  left = ["sokoban/sft/seed1", "sokoban/grpo/seed1", "sokoban/gigpo/seed1"]
+  assert [r.name for r in sweeps.unfinished(runs, root)] == left
+  again = sweeps.run_sweep(runs, root, workers=2, module="fake_main")
+  skipped, ok = "skipped", "ok"
+  assert [r.status for r in again] == [skipped, ok, skipped, skipped, ok, ok]
+  assert not checkpoint.exists()  # seed 0's stage was not rerun
+  # A run of seed 0 left to run brings its stage back; a stage picked
+  # alone (no run of the list starts from it) runs as asked.
+  (sweeps.workdir(root, runs[3]) / "summary.json").unlink()
+  assert [r.name for r in sweeps.unfinished(runs, root)] == [
+    "sokoban/sft/seed0",
+    "sokoban/gigpo/seed0",
+  ]
+  assert sweeps.unfinished([seed0], root) == [seed0]
   # --only picks runs by glob and brings their SFT stage along.
   picked = sweeps.select(runs, ["*/gigpo/seed1"])
   assert [r.name for r in picked] == [
