@@ -65,7 +65,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # Workdir of a finished SFT stage (a run of this config with rl.steps=0)
   # to start RL from instead of running SFT; "" runs SFT here.
   c.init_from = ""
-  c.model = {"preset": "tiny", "vocab_size": 0}  # 0: from the tokenizer
+  # vocab_size 0: from the tokenizer. remat: "none", "full" or "dots"
+  # (`ModelConfig.remat`), activation memory for compute in training.
+  c.model = {"preset": "tiny", "vocab_size": 0, "remat": "none"}
   c.mesh = {"shape": (1, 1, 1)}
   c.env = {
     "name": "sokoban",

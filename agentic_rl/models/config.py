@@ -19,6 +19,8 @@ import dataclasses
 import jax.numpy as jnp
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+# What the training forward keeps for the backward pass (`remat`).
+REMAT = ("none", "full", "dots")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +58,13 @@ class ModelConfig:
   param_dtype: str = "float32"  # stored weights
   max_len: int = 2048  # longest sequence the model is meant for
   rope_scaling: RopeScaling | None = None
+  # Rematerialisation of the teacher-forced forward (training), one of
+  # REMAT: "none" keeps every block's activations for the backward pass;
+  # "full" keeps only each block's input and recomputes the rest; "dots"
+  # keeps the weight matmuls' outputs and recomputes norms, rotary,
+  # softmax and activations. Not part of the parameter tree, and the
+  # sampler's cached path ignores it (`transformer.scan_blocks`).
+  remat: str = "none"
 
   def __post_init__(self):
     for name in (
@@ -80,6 +89,10 @@ class ModelConfig:
       raise ValueError(
         f"ModelConfig.head_dim must be even for rotary embeddings: "
         f"{self.head_dim}"
+      )
+    if self.remat not in REMAT:
+      raise ValueError(
+        f"ModelConfig.remat must be one of {REMAT}: {self.remat!r}"
       )
     for name in ("dtype", "param_dtype"):
       if getattr(self, name) not in _DTYPES:

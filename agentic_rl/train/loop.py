@@ -134,7 +134,10 @@ def _model_config(config, tokenizer):
   # Round the vocabulary up to a multiple of 64 so the logits stay aligned.
   vocab = config.model.get("vocab_size") or -(-tokenizer.vocab_size // 64) * 64
   return get_preset(
-    config.model.preset, vocab_size=vocab, max_len=config.sampler.max_len
+    config.model.preset,
+    vocab_size=vocab,
+    max_len=config.sampler.max_len,
+    remat=config.model.get("remat", "none"),
   )
 
 
@@ -335,6 +338,9 @@ def _field(config_dict: dict[str, Any], dotted: str) -> Any:
     return None  # no teacher: the same as a config without the section
   if dotted == "offline" and not (config_dict or {}).get("dpo_steps"):
     return None  # stage off: likewise
+  if dotted == "model" and config_dict:
+    # Remat changes what the backward pass keeps, not the parameters.
+    return {k: v for k, v in config_dict.items() if k != "remat"}
   return config_dict
 
 

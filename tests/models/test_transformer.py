@@ -309,6 +309,43 @@ def test_parameter_axes_metadata():
   assert axes[("lm_head", "kernel")] == ("embed", "vocab")
 
 
+def _loss_and_grads(graphdef, state, tokens_BxL, probe_BxLxV):
+  def loss(state):
+    return jnp.sum(probe_BxLxV * nnx.merge(graphdef, state)(tokens_BxL))
+
+  return jax.value_and_grad(loss)(state)
+
+
+def test_remat_keeps_parameters_and_numbers_and_frees_memory():
+  # Every remat mode has the same parameter tree and values, and the same
+  # loss and gradients up to float order; "full" keeps only each block's
+  # input, so the compiled backward needs far less temporary memory.
+  config = small_config(n_layers=4, qk_norm=True, attn_bias=True, max_len=128)
+  k_tok, k_probe = jax.random.split(jax.random.key(0))
+  tokens_BxL = jax.random.randint(k_tok, (2, 128), 0, config.vocab_size)
+  probe_BxLxV = jax.random.normal(k_probe, (2, 128, config.vocab_size))
+  temp, out = {}, {}
+  for remat in ("none", "full", "dots"):
+    graphdef, state = nnx.split(models.build(config.replace(remat=remat), 0))
+    if remat == "none":
+      reference = state
+    jax.tree.map(np.testing.assert_array_equal, state, reference)
+    step = jax.jit(_loss_and_grads, static_argnums=0)
+    compiled = step.lower(graphdef, state, tokens_BxL, probe_BxLxV).compile()
+    temp[remat] = compiled.memory_analysis().temp_size_in_bytes
+    out[remat] = compiled(state, tokens_BxL, probe_BxLxV)
+  (loss, grads) = out["none"]
+  for remat in ("full", "dots"):
+    np.testing.assert_allclose(out[remat][0], loss, rtol=1e-5)
+    jax.tree.map(
+      lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5),
+      out[remat][1],
+      grads,
+    )
+  assert temp["full"] < 0.6 * temp["none"], temp
+  assert temp["dots"] < temp["none"], temp
+
+
 def test_config_errors():
   with pytest.raises(ValueError, match="n_kv_heads"):
     small_config(n_heads=4, n_kv_heads=3)
@@ -318,6 +355,8 @@ def test_config_errors():
     small_config(dtype="float16")
   with pytest.raises(ValueError, match="d_model"):
     small_config(d_model=0)
+  with pytest.raises(ValueError, match="remat"):
+    small_config(remat="layers")
   with pytest.raises(KeyError, match="unknown model preset"):
     models.get_preset("gpt-5")
 

@@ -162,18 +162,27 @@ def test_bad_warm_starts_are_named_errors(straight, sft_stage, tmp_path):
       loop.setup(config, str(tmp_path / f"run{i}"))
 
 
-def test_warm_start_may_change_the_rl_optimizer(sft_stage, tmp_path):
+def test_warm_start_may_change_the_rl_optimizer_and_remat(sft_stage, tmp_path):
   """Its handed-over state is fresh moments: an RL learning-rate ablation
-  shares the SFT stage, and its first update uses its own rate."""
+  shares the SFT stage, and its first update uses its own rate. Remat
+  (`config.model.remat`) leaves the parameters as they are, so an RL run
+  with it starts from a stage trained without it."""
   source, _ = sft_stage
   config = _config(1)
   config.init_from = str(source)
   config.rl.optimizer.learning_rate = 3e-3
   config.rl.optimizer.warmup_steps = 0
+  config.model.remat = "full"
   summary = loop.train(config, str(tmp_path))
   assert summary["rl_steps"] == 1
   (row,) = _rl_rows(tmp_path).values()
   assert row["learning_rate"] == pytest.approx(3e-3)
+  assert math.isfinite(row["loss"]) and math.isfinite(row["grad_norm"])
+  bad = _config(1)
+  bad.init_from = str(source)
+  bad.model.preset = "nano"  # other fields of config.model still count
+  with pytest.raises(loop.WarmStartError, match="config.model differs"):
+    loop.setup(bad, str(tmp_path / "bad"))
 
 
 def test_ppo_critic_trains_checkpoints_and_resumes_exactly(sft_stage, tmp_path):

@@ -1,0 +1,123 @@
+"""Activation memory of the RL update with and without remat.
+
+  python scripts/bench.py remat [--preset=tiny --rows=8 --lengths=512,1024]
+
+The real jitted RL update (`train.step.make_train_step`: forward, clipped
+policy loss with KL and entropy, backward, AdamW) on a synthetic batch of
+B rows x L real tokens, once per `ModelConfig.remat` mode ("none", "full",
+"dots"; see `transformer.scan_blocks`), from the same initial state. Per
+row: the compiled step's temporary memory (`memory_analysis()
+.temp_size_in_bytes`: activations and everything else the step allocates
+besides its arguments and outputs), compile seconds, the median seconds of
+--repeats updates, and the first update's loss and gradient norm against
+those of "none", which remat must not change beyond float summation order.
+Prints a table and writes JSON (default experiments/benchmarks/remat.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import platform
+import statistics
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+import jax  # noqa: E402
+
+from agentic_rl import losses, models  # noqa: E402
+from agentic_rl.models.config import REMAT  # noqa: E402
+from agentic_rl.train import step as step_lib  # noqa: E402
+from agentic_rl.train.state import (  # noqa: E402
+  OptimizerConfig,
+  create_train_state,
+)
+from benchmarks.train import synthetic_inputs  # noqa: E402
+
+MiB = 2**20
+
+
+def measure(preset: str, rows: int, length: int, remat: str, repeats: int):
+  config = step_lib.StepConfig(
+    optimizer=OptimizerConfig(learning_rate=1e-6),
+    loss=losses.PolicyLossConfig(kl_coef=0.1, entropy_coef=1e-3),
+  )
+  model_config = models.get_preset(preset, remat=remat)
+  state, layout = create_train_state(model_config, config.optimizer)
+  step = step_lib.make_train_step(config, layout)
+  inputs = synthetic_inputs(rows, length, model_config.vocab_size)
+  start = time.perf_counter()
+  compiled = step.jitted.lower(state, inputs).compile()
+  compile_s = time.perf_counter() - start
+  memory = compiled.memory_analysis()
+  inputs = jax.device_put(inputs, layout.data)
+  state, metrics = compiled(state, inputs)  # the state is donated
+  first = {k: float(metrics[k]) for k in ("loss", "grad_norm")}
+  seconds = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    state, metrics = compiled(state, inputs)
+    jax.block_until_ready(metrics)
+    seconds.append(time.perf_counter() - start)
+  return {
+    "preset": preset,
+    "rows": rows,
+    "length": length,
+    "remat": remat,
+    "temp_mib": memory.temp_size_in_bytes / MiB,
+    "argument_mib": memory.argument_size_in_bytes / MiB,
+    "compile_s": compile_s,
+    "seconds_per_update": statistics.median(seconds),
+    "seconds_all": seconds,
+    "tokens_per_s": rows * length / statistics.median(seconds),
+    **{f"first_{k}": v for k, v in first.items()},
+  }
+
+
+def main(argv):
+  parser = argparse.ArgumentParser(prog="bench.py remat")
+  parser.add_argument("--preset", default="tiny")
+  parser.add_argument("--rows", type=int, default=8)
+  parser.add_argument("--lengths", default="512,1024")
+  parser.add_argument("--repeats", type=int, default=3)
+  parser.add_argument("--out", default="experiments/benchmarks/remat.json")
+  args = parser.parse_args(argv)
+
+  rows = []
+  for length in (int(x) for x in args.lengths.split(",")):
+    base = None
+    for remat in REMAT:
+      r = measure(args.preset, args.rows, length, remat, args.repeats)
+      base = base or r
+      r["temp_vs_none"] = r["temp_mib"] / base["temp_mib"]
+      r["time_vs_none"] = r["seconds_per_update"] / base["seconds_per_update"]
+      r["loss_diff_vs_none"] = abs(r["first_loss"] - base["first_loss"])
+      r["grad_norm_rel_diff_vs_none"] = abs(
+        r["first_grad_norm"] / base["first_grad_norm"] - 1
+      )
+      rows.append(r)
+      print(
+        f"{r['rows']:>3} x {r['length']:<5} {remat:>5}  temp "
+        f"{r['temp_mib']:8.1f} MiB ({r['temp_vs_none']:.2f}x)  compile "
+        f"{r['compile_s']:5.1f} s  update {r['seconds_per_update']:6.3f} s "
+        f"({r['time_vs_none']:.2f}x)  |dloss| {r['loss_diff_vs_none']:.1e}"
+        f"  dgrad_norm {r['grad_norm_rel_diff_vs_none']:.1e}",
+        flush=True,
+      )
+  out = pathlib.Path(args.out)
+  out.parent.mkdir(parents=True, exist_ok=True)
+  meta = {
+    "machine": platform.platform(),
+    "processor": platform.processor(),
+    "cpus": os.cpu_count(),
+    "jax": jax.__version__,
+    "backend": jax.default_backend(),
+    "command": "python scripts/bench.py remat " + " ".join(argv),
+  }
+  out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+  print(f"wrote {out}")
