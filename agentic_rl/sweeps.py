@@ -456,6 +456,9 @@ def launch(
     return RunResult(run.name, "skipped")
   wd = workdir(root, run)
   wd.mkdir(parents=True, exist_ok=True)
+  # A finished run launched again (a stage that lost its checkpoint) starts
+  # over, so its timing does too; an interrupted one resumes and adds up.
+  rerun = (wd / SUMMARY).is_file()
   log = wd / "run.log"
   env = {**os.environ, **environ(run, distributed)}
   cache = compilation_cache_dir(root, compilation_cache)
@@ -477,7 +480,9 @@ def launch(
   # Wall time of this launch (a resumed run adds its launches up).
   timing = wd / TIMING
   previous = (
-    json.loads(timing.read_text())["seconds"] if timing.is_file() else 0
+    json.loads(timing.read_text())["seconds"]
+    if timing.is_file() and not rerun
+    else 0
   )
   timing.write_text(
     json.dumps({"seconds": previous + seconds, "returncode": proc.returncode})

@@ -334,11 +334,15 @@ def test_ratio_level_sweep_differs_from_gigpo_only_in_the_loss():
       sweeps.load_config("configs/ablations/sokoban_ratio_level.py").sweep
     )
   }
-  assert len(runs) == 3 + 3 * 3
+  assert len(runs) == 3 + 3 * 4
   for seed in (0, 1, 2):
     base = dict(runs[f"sokoban/gigpo/seed{seed}"].overrides)
     assert base["rl.minibatch_size"] == "16" and base["rl.steps"] == "30"
-    for arm, level in (("gigpo_turn", "turn"), ("gigpo_sequence", "sequence")):
+    for arm, level in (
+      ("gigpo_turn", "turn"),
+      ("gigpo_sequence", "sequence"),
+      ("gigpo_turn_tight", "turn"),
+    ):
       run = runs[f"sokoban/{arm}/seed{seed}"]
       assert run.config_arg == "gigpo"
       extra = set(dict(run.overrides).items()) - set(base.items())
@@ -475,6 +479,13 @@ def test_shared_sft_stages_run_first_and_gate_their_runs(tmp_path, monkeypatch):
     "sokoban/gigpo/seed0",
   ]
   assert sweeps.unfinished([seed0], root) == [seed0]
+  # That stage then trains again from scratch, so its timing starts over
+  # (an interrupted run, resumed, adds its launches up instead).
+  timing = sweeps.workdir(root, seed0) / "sweep_timing.json"
+  timing.write_text(json.dumps({"seconds": 1000.0, "returncode": 0}))
+  again = sweeps.run_sweep(runs, root, workers=2, module="fake_main")
+  assert [r.status for r in again[:4]] == [ok, skipped, skipped, ok]
+  assert json.loads(timing.read_text())["seconds"] < 1000
   # --only picks runs by glob and brings their SFT stage along.
   picked = sweeps.select(runs, ["*/gigpo/seed1"])
   assert [r.name for r in picked] == [

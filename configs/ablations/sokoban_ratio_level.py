@@ -15,6 +15,10 @@ estimator, `configs/sokoban.py:gigpo`; `loss.ratio_level`, see
   gigpo_turn       per turn (geometric mean over the turn's action
                    tokens), the same clip range
   gigpo_sequence   per episode, GSPO's clip range 3e-4 / 4e-4
+  gigpo_turn_tight per turn, a quarter of PPO's clip range (0.05 / 0.07):
+                   the turn arm moved furthest from the SFT policy, since
+                   its clip bounds a turn's mean log-ratio, not each
+                   token's; does a tighter range rein it in?
 
 The grid is `sokoban_reward_input`'s (the credit-assignment Sokoban arm:
 size, SFT stages, task order, rollout keys), except that an RL batch is
@@ -24,8 +28,9 @@ update of a batch is on-policy, where the three ratios coincide
 more to decide. Every arm, the token baseline included, runs with it.
 
 `arg`: as `sokoban_reward_input` ('', 'smoke' or 'seeds=N'). Seeds 0-4
-ran (`experiments/sokoban_ratio_level/`: 5 x 3 RL runs of ~11 minutes and
-5 SFT stages, two at a time, about 2 hours on 2 cores).
+ran (`experiments/sokoban_ratio_level/`: 5 x 4 RL runs of ~6-11 minutes
+and 5 SFT stages, two at a time; the fourth arm was added later on the
+same root, another 50 minutes with the stages rerun).
 """
 
 import ml_collections
@@ -37,6 +42,9 @@ ARMS = {
   "gigpo_turn": {"loss": {"ratio_level": "turn"}},
   "gigpo_sequence": {
     "loss": {"ratio_level": "sequence", "clip_low": 3e-4, "clip_high": 4e-4}
+  },
+  "gigpo_turn_tight": {
+    "loss": {"ratio_level": "turn", "clip_low": 0.05, "clip_high": 0.07}
   },
 }
 
