@@ -11,6 +11,11 @@ row: the compiled step's temporary memory (`memory_analysis()
 besides its arguments and outputs), compile seconds, the median seconds of
 --repeats updates, and the first update's loss and gradient norm against
 those of "none", which remat must not change beyond float summation order.
+
+With --compile_only the step is compiled from shapes alone
+(`abstract_train_state`, nothing allocated) and only its memory is
+reported, so a real-size preset fits a small machine:
+`--preset=qwen3-0.6b --rows=1 --lengths=2048 --compile_only`.
 Prints a table and writes JSON (default experiments/benchmarks/remat.json).
 """
 
@@ -35,26 +40,52 @@ from agentic_rl.models.config import REMAT  # noqa: E402
 from agentic_rl.train import step as step_lib  # noqa: E402
 from agentic_rl.train.state import (  # noqa: E402
   OptimizerConfig,
+  abstract_train_state,
   create_train_state,
+  make_layout,
 )
 from benchmarks.train import synthetic_inputs  # noqa: E402
 
 MiB = 2**20
 
 
-def measure(preset: str, rows: int, length: int, remat: str, repeats: int):
+def measure(
+  preset: str,
+  rows: int,
+  length: int,
+  remat: str,
+  repeats: int,
+  compile_only: bool = False,
+):
   config = step_lib.StepConfig(
     optimizer=OptimizerConfig(learning_rate=1e-6),
     loss=losses.PolicyLossConfig(kl_coef=0.1, entropy_coef=1e-3),
   )
   model_config = models.get_preset(preset, remat=remat)
-  state, layout = create_train_state(model_config, config.optimizer)
+  make_inputs = lambda: synthetic_inputs(rows, length, model_config.vocab_size)
+  if compile_only:
+    state = abstract_train_state(model_config, config.optimizer)
+    layout = make_layout(state)
+    inputs = jax.eval_shape(make_inputs)
+  else:
+    state, layout = create_train_state(model_config, config.optimizer)
+    inputs = make_inputs()
   step = step_lib.make_train_step(config, layout)
-  inputs = synthetic_inputs(rows, length, model_config.vocab_size)
   start = time.perf_counter()
   compiled = step.jitted.lower(state, inputs).compile()
   compile_s = time.perf_counter() - start
   memory = compiled.memory_analysis()
+  sizes = {
+    "preset": preset,
+    "rows": rows,
+    "length": length,
+    "remat": remat,
+    "temp_mib": memory.temp_size_in_bytes / MiB,
+    "argument_mib": memory.argument_size_in_bytes / MiB,
+    "compile_s": compile_s,
+  }
+  if compile_only:
+    return sizes
   inputs = jax.device_put(inputs, layout.data)
   state, metrics = compiled(state, inputs)  # the state is donated
   first = {k: float(metrics[k]) for k in ("loss", "grad_norm")}
@@ -65,13 +96,7 @@ def measure(preset: str, rows: int, length: int, remat: str, repeats: int):
     jax.block_until_ready(metrics)
     seconds.append(time.perf_counter() - start)
   return {
-    "preset": preset,
-    "rows": rows,
-    "length": length,
-    "remat": remat,
-    "temp_mib": memory.temp_size_in_bytes / MiB,
-    "argument_mib": memory.argument_size_in_bytes / MiB,
-    "compile_s": compile_s,
+    **sizes,
     "seconds_per_update": statistics.median(seconds),
     "seconds_all": seconds,
     "tokens_per_s": rows * length / statistics.median(seconds),
@@ -86,29 +111,40 @@ def main(argv):
   parser.add_argument("--lengths", default="512,1024")
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument("--out", default="experiments/benchmarks/remat.json")
+  parser.add_argument(
+    "--compile_only",
+    action="store_true",
+    help="compile from shapes and report memory only (real-size presets)",
+  )
   args = parser.parse_args(argv)
 
   rows = []
   for length in (int(x) for x in args.lengths.split(",")):
     base = None
     for remat in REMAT:
-      r = measure(args.preset, args.rows, length, remat, args.repeats)
+      r = measure(
+        args.preset, args.rows, length, remat, args.repeats, args.compile_only
+      )
       base = base or r
       r["temp_vs_none"] = r["temp_mib"] / base["temp_mib"]
-      r["time_vs_none"] = r["seconds_per_update"] / base["seconds_per_update"]
-      r["loss_diff_vs_none"] = abs(r["first_loss"] - base["first_loss"])
-      r["grad_norm_rel_diff_vs_none"] = abs(
-        r["first_grad_norm"] / base["first_grad_norm"] - 1
+      line = (
+        f"{args.preset} {r['rows']:>3} x {r['length']:<5} {remat:>5}  temp "
+        f"{r['temp_mib']:9.1f} MiB ({r['temp_vs_none']:.2f}x)  compile "
+        f"{r['compile_s']:5.1f} s"
       )
+      if not args.compile_only:
+        r["time_vs_none"] = r["seconds_per_update"] / base["seconds_per_update"]
+        r["loss_diff_vs_none"] = abs(r["first_loss"] - base["first_loss"])
+        r["grad_norm_rel_diff_vs_none"] = abs(
+          r["first_grad_norm"] / base["first_grad_norm"] - 1
+        )
+        line += (
+          f"  update {r['seconds_per_update']:6.3f} s "
+          f"({r['time_vs_none']:.2f}x)  |dloss| {r['loss_diff_vs_none']:.1e}"
+          f"  dgrad_norm {r['grad_norm_rel_diff_vs_none']:.1e}"
+        )
       rows.append(r)
-      print(
-        f"{r['rows']:>3} x {r['length']:<5} {remat:>5}  temp "
-        f"{r['temp_mib']:8.1f} MiB ({r['temp_vs_none']:.2f}x)  compile "
-        f"{r['compile_s']:5.1f} s  update {r['seconds_per_update']:6.3f} s "
-        f"({r['time_vs_none']:.2f}x)  |dloss| {r['loss_diff_vs_none']:.1e}"
-        f"  dgrad_norm {r['grad_norm_rel_diff_vs_none']:.1e}",
-        flush=True,
-      )
+      print(line, flush=True)
   out = pathlib.Path(args.out)
   out.parent.mkdir(parents=True, exist_ok=True)
   meta = {
