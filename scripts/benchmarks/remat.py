@@ -35,16 +35,19 @@ sys.path.insert(0, str(ROOT))
 
 import jax  # noqa: E402
 
-from agentic_rl import losses, models  # noqa: E402
+from agentic_rl import models  # noqa: E402
 from agentic_rl.models.config import REMAT  # noqa: E402
 from agentic_rl.train import step as step_lib  # noqa: E402
 from agentic_rl.train.state import (  # noqa: E402
-  OptimizerConfig,
   abstract_train_state,
   create_train_state,
   make_layout,
 )
-from benchmarks.train import synthetic_inputs  # noqa: E402
+from benchmarks.train import (  # noqa: E402
+  STEP_CONFIG,
+  synthetic_inputs,
+  timed_updates,
+)
 
 MiB = 2**20
 
@@ -57,10 +60,7 @@ def measure(
   repeats: int,
   compile_only: bool = False,
 ):
-  config = step_lib.StepConfig(
-    optimizer=OptimizerConfig(learning_rate=1e-6),
-    loss=losses.PolicyLossConfig(kl_coef=0.1, entropy_coef=1e-3),
-  )
+  config = STEP_CONFIG
   model_config = models.get_preset(preset, remat=remat)
   make_inputs = lambda: synthetic_inputs(rows, length, model_config.vocab_size)
   if compile_only:
@@ -89,12 +89,7 @@ def measure(
   inputs = jax.device_put(inputs, layout.data)
   state, metrics = compiled(state, inputs)  # the state is donated
   first = {k: float(metrics[k]) for k in ("loss", "grad_norm")}
-  seconds = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    state, metrics = compiled(state, inputs)
-    jax.block_until_ready(metrics)
-    seconds.append(time.perf_counter() - start)
+  state, _, seconds = timed_updates(compiled, state, inputs, repeats)
   return {
     **sizes,
     "seconds_per_update": statistics.median(seconds),
