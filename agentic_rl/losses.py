@@ -18,6 +18,7 @@ better".
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Literal
 
 import jax
@@ -115,6 +116,59 @@ def token_logp_and_entropy(
   )[..., 0]
   ent_BxM = -jnp.sum(jnp.exp(logp_BxMxV) * logp_BxMxV, axis=-1)
   return _shift_right(picked_BxM), _shift_right(ent_BxM)
+
+
+def chunked_token_logp(
+  hidden_BxLxD: jax.Array,
+  tokens_BxL: jax.Array,
+  project: Callable[[jax.Array], jax.Array],
+  chunk_len: int,
+  with_entropy: bool = False,
+) -> tuple[jax.Array, jax.Array | None]:
+  """`token_logp` (and `token_entropy`) without the whole [B, L, V] logits.
+
+  `project` maps final hidden states [B, C, D] to logits [B, C, V] (the
+  vocabulary projection, closing over its weights). The positions run in
+  sequential chunks of `chunk_len`, each under `jax.checkpoint`, so the
+  forward pass and the backward pass (which recomputes each chunk's
+  logits) hold one [B, chunk_len, V] block at a time instead of all of
+  them. Equal to `token_logp_and_entropy(project(hidden), tokens)` up to
+  float summation order; L need not be a multiple of `chunk_len`.
+  """
+  b, l, d = hidden_BxLxD.shape
+  if tokens_BxL.shape != (b, l):
+    raise LossShapeError(
+      f"hidden {hidden_BxLxD.shape} and tokens {tokens_BxL.shape} must be "
+      "[B, L, D] and [B, L]"
+    )
+  if not isinstance(chunk_len, int) or chunk_len <= 0:
+    raise LossConfigError(f"chunk_len must be a positive int: {chunk_len!r}")
+  n = -(-l // chunk_len)
+  pad = n * chunk_len - l
+  # Position t predicts token t+1; the last position predicts nothing.
+  next_BxL = jnp.pad(tokens_BxL[:, 1:], ((0, 0), (0, 1 + pad)))
+  h_BxLxD = jnp.pad(hidden_BxLxD, ((0, 0), (0, pad), (0, 0)))
+  h_NxBxCxD = h_BxLxD.reshape(b, n, chunk_len, d).swapaxes(0, 1)
+  next_NxBxC = next_BxL.reshape(b, n, chunk_len).swapaxes(0, 1)
+
+  @jax.checkpoint
+  def one(chunk):
+    h_BxCxD, next_BxC = chunk
+    logp_BxCxV = jax.nn.log_softmax(
+      project(h_BxCxD).astype(jnp.float32), axis=-1
+    )
+    picked_BxC = jnp.take_along_axis(logp_BxCxV, next_BxC[..., None], -1)
+    if not with_entropy:
+      return picked_BxC[..., 0], None
+    ent_BxC = -jnp.sum(jnp.exp(logp_BxCxV) * logp_BxCxV, axis=-1)
+    return picked_BxC[..., 0], ent_BxC
+
+  logp_NxBxC, ent_NxBxC = jax.lax.map(one, (h_NxBxCxD, next_NxBxC))
+
+  def unchunk(x_NxBxC: jax.Array) -> jax.Array:
+    return _shift_right(x_NxBxC.swapaxes(0, 1).reshape(b, -1)[:, : l - 1])
+
+  return unchunk(logp_NxBxC), (unchunk(ent_NxBxC) if with_entropy else None)
 
 
 # ---------------------------------------------------------------------------

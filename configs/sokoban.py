@@ -67,7 +67,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.init_from = ""
   # vocab_size 0: from the tokenizer. remat: "none", "full" or "dots"
   # (`ModelConfig.remat`), activation memory for compute in training.
-  c.model = {"preset": "tiny", "vocab_size": 0, "remat": "none"}
+  # logits_chunk: positions per chunk of the training log-probs'
+  # vocabulary projection (`ModelConfig.logits_chunk`; 0: no chunks).
+  c.model = {
+    "preset": "tiny",
+    "vocab_size": 0,
+    "remat": "none",
+    "logits_chunk": 0,
+  }
   c.mesh = {"shape": (1, 1, 1)}
   c.env = {
     "name": "sokoban",

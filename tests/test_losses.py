@@ -58,6 +58,58 @@ def test_token_logp_bad_shape():
     losses.token_logp(jnp.zeros((2, 5, 7)), jnp.zeros((2, 4), jnp.int32))
 
 
+@pytest.mark.parametrize("length,chunk", [(12, 4), (13, 4), (5, 1), (7, 7)])
+def test_chunked_token_logp_equals_whole_logits(length, chunk):
+  # Chunks of positions through the projection: the same log-probs and
+  # entropies as `token_logp_and_entropy` on the whole logits, and the
+  # same gradients for the hidden states and the projection weights, for
+  # lengths that are and are not a multiple of the chunk.
+  rng = np.random.default_rng(length * 10 + chunk)
+  h_BxLxD = jnp.asarray(rng.normal(size=(3, length, 6)), jnp.float32)
+  w_DxV = jnp.asarray(rng.normal(size=(6, 11)), jnp.float32)
+  tokens_BxL = jnp.asarray(rng.integers(0, 11, (3, length)), jnp.int32)
+  weight_BxL = jnp.asarray(rng.normal(size=(3, length)), jnp.float32)
+
+  def whole(h, w):
+    return losses.token_logp_and_entropy(h @ w, tokens_BxL)
+
+  def chunked(h, w):
+    return losses.chunked_token_logp(
+      h, tokens_BxL, lambda x: x @ w, chunk, with_entropy=True
+    )
+
+  for got, want in zip(
+    chunked(h_BxLxD, w_DxV), whole(h_BxLxD, w_DxV), strict=True
+  ):
+    assert got.shape == (3, length)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+  def objective(fn):
+    def f(h, w):
+      logp, ent = fn(h, w)
+      return jnp.sum(weight_BxL * logp) + jnp.sum(jnp.cos(weight_BxL) * ent)
+
+    return jax.grad(f, argnums=(0, 1))(h_BxLxD, w_DxV)
+
+  for got, want in zip(objective(chunked), objective(whole), strict=True):
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+  logp, ent = losses.chunked_token_logp(
+    h_BxLxD, tokens_BxL, lambda x: x @ w_DxV, chunk
+  )
+  assert ent is None
+  np.testing.assert_allclose(
+    logp, losses.token_logp(h_BxLxD @ w_DxV, tokens_BxL), rtol=1e-5, atol=1e-6
+  )
+
+
+def test_chunked_token_logp_bad_input():
+  h = jnp.zeros((2, 5, 3))
+  with pytest.raises(losses.LossShapeError, match="hidden"):
+    losses.chunked_token_logp(h, jnp.zeros((2, 4), jnp.int32), lambda x: x, 2)
+  with pytest.raises(losses.LossConfigError, match="chunk_len"):
+    losses.chunked_token_logp(h, jnp.zeros((2, 5), jnp.int32), lambda x: x, 0)
+
+
 # ---------------------------------------------------------------------------
 # Aggregation goldens.
 

@@ -65,6 +65,11 @@ class ModelConfig:
   # softmax and activations. Not part of the parameter tree, and the
   # sampler's cached path ignores it (`transformer.scan_blocks`).
   remat: str = "none"
+  # Positions per chunk of the vocabulary projection in the training
+  # log-probs (`Transformer.token_logp`, `losses.chunked_token_logp`): the
+  # [B, L, V] logits are never held whole, only [B, logits_chunk, V] at a
+  # time, forward and backward. 0: all positions at once.
+  logits_chunk: int = 0
 
   def __post_init__(self):
     for name in (
@@ -93,6 +98,11 @@ class ModelConfig:
     if self.remat not in REMAT:
       raise ValueError(
         f"ModelConfig.remat must be one of {REMAT}: {self.remat!r}"
+      )
+    if not isinstance(self.logits_chunk, int) or self.logits_chunk < 0:
+      raise ValueError(
+        "ModelConfig.logits_chunk must be an int >= 0 (0: no chunks): "
+        f"{self.logits_chunk!r}"
       )
     for name in ("dtype", "param_dtype"):
       if getattr(self, name) not in _DTYPES:

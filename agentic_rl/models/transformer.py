@@ -52,13 +52,14 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import flax.struct
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from agentic_rl import losses
 from agentic_rl import sharding as shd
 from agentic_rl.models.config import ModelConfig, RopeScaling
 
@@ -617,17 +618,52 @@ class Transformer(nnx.Module):
 
   def unembed(self, hidden_BxLxD: jax.Array) -> jax.Array:
     """Final norm and vocabulary projection; float32 logits."""
-    h = self.final_norm(hidden_BxLxD)
+    return self.vocab_projection()(self.final_norm(hidden_BxLxD))
+
+  def vocab_projection(self) -> Callable[[jax.Array], jax.Array]:
+    """Normed hidden states [..., D] -> float32 logits [..., V], as a pure
+    function closing over the (tied or untied) weight array."""
     if self.lm_head is None:
-      table_VxD = self.embed.embedding[...].astype(h.dtype)
-      logits = jnp.einsum("...d,vd->...v", h, table_VxD,
-                          preferred_element_type=_F32)  # fmt: skip
+      weight, pattern = self.embed.embedding[...], "...d,vd->...v"  # [V, D]
     else:
-      kernel_DxV = self.lm_head.kernel[...].astype(h.dtype)
-      logits = jnp.einsum("...d,dv->...v", h, kernel_DxV,
+      weight, pattern = self.lm_head.kernel[...], "...d,dv->...v"  # [D, V]
+
+    def project(h: jax.Array) -> jax.Array:
+      logits = jnp.einsum(pattern, h, weight.astype(h.dtype),
                           preferred_element_type=_F32)  # fmt: skip
-    axes = (shd.BATCH, shd.LENGTH, shd.VOCAB)[-logits.ndim :]
-    return shd.constrain(logits.astype(_F32), axes)
+      axes = (shd.BATCH, shd.LENGTH, shd.VOCAB)[-logits.ndim :]
+      return shd.constrain(logits.astype(_F32), axes)
+
+    return project
+
+  def token_logp(
+    self,
+    tokens_BxL: jax.Array,
+    positions_BxL: jax.Array | None = None,
+    *,
+    with_entropy: bool = False,
+  ) -> tuple[jax.Array, jax.Array | None]:
+    """(logp_BxL, entropy_BxL or None) of the teacher-forced sequences,
+    aligned as `losses.token_logp`: the training losses' forward pass.
+
+    With `config.logits_chunk` > 0 (and shorter than L) the vocabulary
+    projection runs in chunks of positions (`losses.chunked_token_logp`),
+    so the [B, L, V] logits never exist at once.
+    """
+    hidden_BxLxD = self.hidden(tokens_BxL, positions_BxL)
+    chunk = self.config.logits_chunk
+    if 0 < chunk < tokens_BxL.shape[1]:
+      return losses.chunked_token_logp(
+        self.final_norm(hidden_BxLxD),
+        tokens_BxL,
+        self.vocab_projection(),
+        chunk,
+        with_entropy,
+      )
+    logits_BxLxV = self.unembed(hidden_BxLxD)
+    if with_entropy:
+      return losses.token_logp_and_entropy(logits_BxLxV, tokens_BxL)
+    return losses.token_logp(logits_BxLxV, tokens_BxL), None
 
   def hidden(
     self, tokens_BxL: jax.Array, positions_BxL: jax.Array | None = None

@@ -148,7 +148,7 @@ def dpo_loss_fn(
   mask_2BxL = jnp.concatenate(
     [pairs.chosen.loss_mask_BxL, pairs.rejected.loss_mask_BxL]
   )
-  logp_2BxL = losses.token_logp(model(tokens_2BxL), tokens_2BxL)
+  logp_2BxL, _ = model.token_logp(tokens_2BxL)
   seq_2B = losses.sequence_logp(logp_2BxL, mask_2BxL)
   has_tokens_2B = jnp.sum(mask_2BxL, axis=-1) > 0
   pair_mask_B = (has_tokens_2B[:b] & has_tokens_2B[b:]).astype(jnp.float32)

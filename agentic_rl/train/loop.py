@@ -138,6 +138,7 @@ def _model_config(config, tokenizer):
     vocab_size=vocab,
     max_len=config.sampler.max_len,
     remat=config.model.get("remat", "none"),
+    logits_chunk=config.model.get("logits_chunk", 0),
   )
 
 
@@ -339,8 +340,11 @@ def _field(config_dict: dict[str, Any], dotted: str) -> Any:
   if dotted == "offline" and not (config_dict or {}).get("dpo_steps"):
     return None  # stage off: likewise
   if dotted == "model" and config_dict:
-    # Remat changes what the backward pass keeps, not the parameters.
-    return {k: v for k, v in config_dict.items() if k != "remat"}
+    # Remat and logits chunks change how the loss is computed (what the
+    # backward pass keeps), not the parameters.
+    return {
+      k: v for k, v in config_dict.items() if k not in ("remat", "logits_chunk")
+    }
   return config_dict
 
 

@@ -27,7 +27,7 @@ def sft_loss_fn(
   norm_length: int | None = None,
 ) -> tuple[jax.Array, Metrics]:
   """Forward pass + masked negative log-likelihood."""
-  logp_BxL = losses.token_logp(model(batch.tokens_BxL), batch.tokens_BxL)
+  logp_BxL, _ = model.token_logp(batch.tokens_BxL)
   return losses.sft_loss(logp_BxL, batch.loss_mask_BxL, agg, norm_length)
 
 

@@ -319,12 +319,18 @@ def policy_loss_fn(
   is logged.
   """
   batch = inputs.batch
-  logits_BxLxV = model(batch.tokens_BxL)
-  logp_BxL, entropy_BxL = losses.token_logp_and_entropy(
-    logits_BxLxV, batch.tokens_BxL
-  )
   div_BxL = agree_BxL = None
-  if teacher is not None:
+  if teacher is None:
+    # The model's `logits_chunk` bounds the logits memory here.
+    logp_BxL, entropy_BxL = model.token_logp(
+      batch.tokens_BxL, with_entropy=True
+    )
+  else:
+    # The divergence needs the student's whole logits.
+    logits_BxLxV = model(batch.tokens_BxL)
+    logp_BxL, entropy_BxL = losses.token_logp_and_entropy(
+      logits_BxLxV, batch.tokens_BxL
+    )
     div_BxL, agree_BxL = teacher_divergence(
       logits_BxLxV,
       teacher,
@@ -420,8 +426,7 @@ def compute_logp(
     raise BatchShapeError(f"{b} rows not divisible into {num_chunks} chunks")
 
   def one(tokens_CxL: jax.Array) -> jax.Array:
-    model = model_state.merge()
-    return losses.token_logp(model(tokens_CxL), tokens_CxL)
+    return model_state.merge().token_logp(tokens_CxL)[0]
 
   if num_chunks == 1:
     return one(tokens_BxL)

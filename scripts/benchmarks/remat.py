@@ -1,16 +1,20 @@
-"""Activation memory of the RL update with and without remat.
+"""Activation memory of the RL update with and without remat and chunks.
 
-  python scripts/bench.py remat [--preset=tiny --rows=8 --lengths=512,1024]
+  python scripts/bench.py remat [--preset=tiny --rows=8 --lengths=512,1024
+                                 --logits_chunks=0]
 
 The real jitted RL update (`train.step.make_train_step`: forward, clipped
 policy loss with KL and entropy, backward, AdamW) on a synthetic batch of
 B rows x L real tokens, once per `ModelConfig.remat` mode ("none", "full",
-"dots"; see `transformer.scan_blocks`), from the same initial state. Per
-row: the compiled step's temporary memory (`memory_analysis()
-.temp_size_in_bytes`: activations and everything else the step allocates
-besides its arguments and outputs), compile seconds, the median seconds of
---repeats updates, and the first update's loss and gradient norm against
-those of "none", which remat must not change beyond float summation order.
+"dots"; see `transformer.scan_blocks`) and per `ModelConfig.logits_chunk`
+in --logits_chunks (0: the whole [B, L, V] logits at once; see
+`losses.chunked_token_logp`), from the same initial state. Per row: the
+compiled step's temporary memory (`memory_analysis().temp_size_in_bytes`:
+activations and everything else the step allocates besides its arguments
+and outputs), compile seconds, the median seconds of --repeats updates,
+and the first update's loss and gradient norm against
+those of the first variant ("none" at the first of --logits_chunks), which
+neither remat nor chunks may change beyond float summation order.
 
 With --compile_only the step is compiled from shapes alone
 (`abstract_train_state`, nothing allocated) and only its memory is
@@ -57,11 +61,14 @@ def measure(
   rows: int,
   length: int,
   remat: str,
+  logits_chunk: int,
   repeats: int,
   compile_only: bool = False,
 ):
   config = STEP_CONFIG
-  model_config = models.get_preset(preset, remat=remat)
+  model_config = models.get_preset(
+    preset, remat=remat, logits_chunk=logits_chunk
+  )
   make_inputs = lambda: synthetic_inputs(rows, length, model_config.vocab_size)
   if compile_only:
     state = abstract_train_state(model_config, config.optimizer)
@@ -80,6 +87,7 @@ def measure(
     "rows": rows,
     "length": length,
     "remat": remat,
+    "logits_chunk": logits_chunk,
     "temp_mib": memory.temp_size_in_bytes / MiB,
     "argument_mib": memory.argument_size_in_bytes / MiB,
     "compile_s": compile_s,
@@ -104,6 +112,7 @@ def main(argv):
   parser.add_argument("--preset", default="tiny")
   parser.add_argument("--rows", type=int, default=8)
   parser.add_argument("--lengths", default="512,1024")
+  parser.add_argument("--logits_chunks", default="0")
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument("--out", default="experiments/benchmarks/remat.json")
   parser.add_argument(
@@ -116,14 +125,26 @@ def main(argv):
   rows = []
   for length in (int(x) for x in args.lengths.split(",")):
     base = None
-    for remat in REMAT:
+    variants = [
+      (remat, int(chunk))
+      for chunk in args.logits_chunks.split(",")
+      for remat in REMAT
+    ]
+    for remat, chunk in variants:
       r = measure(
-        args.preset, args.rows, length, remat, args.repeats, args.compile_only
+        args.preset,
+        args.rows,
+        length,
+        remat,
+        chunk,
+        args.repeats,
+        args.compile_only,
       )
       base = base or r
       r["temp_vs_none"] = r["temp_mib"] / base["temp_mib"]
       line = (
-        f"{args.preset} {r['rows']:>3} x {r['length']:<5} {remat:>5}  temp "
+        f"{args.preset} {r['rows']:>3} x {r['length']:<5} {remat:>5} "
+        f"chunk {chunk:<4}  temp "
         f"{r['temp_mib']:9.1f} MiB ({r['temp_vs_none']:.2f}x)  compile "
         f"{r['compile_s']:5.1f} s"
       )

@@ -8,7 +8,7 @@ import torch
 import transformers
 from flax import nnx
 
-from agentic_rl import models
+from agentic_rl import losses, models
 from agentic_rl.models import ModelConfig, RopeScaling, init_cache
 from agentic_rl.models.transformer import (
   apply_rope,
@@ -346,6 +346,52 @@ def test_remat_keeps_parameters_and_numbers_and_frees_memory():
   assert temp["dots"] < temp["none"], temp
 
 
+@pytest.mark.parametrize("tie", [True, False])
+def test_logits_chunk_same_logp_and_gradients_less_memory(tie):
+  # `Transformer.token_logp` with the vocabulary projection in chunks of
+  # positions gives the whole-logits log-probs, entropies and parameter
+  # gradients, while the compiled gradient never holds the [B, L, V]
+  # logits: its temporary memory falls well below the unchunked one.
+  config = small_config(vocab_size=2048, max_len=256, tie_embeddings=tie)
+  k_tok, k_w = jax.random.split(jax.random.key(1))
+  tokens_BxL = jax.random.randint(k_tok, (2, 256), 0, config.vocab_size)
+  weight_BxL = jax.random.normal(k_w, (2, 256))
+
+  def objective(graphdef, state):
+    logp, ent = nnx.merge(graphdef, state).token_logp(
+      tokens_BxL, with_entropy=True
+    )
+    return jnp.sum(weight_BxL * logp) + jnp.sum(ent), (logp, ent)
+
+  temp, out = {}, {}
+  for chunk in (0, 32):
+    graphdef, state = nnx.split(
+      models.build(config.replace(logits_chunk=chunk), 0)
+    )
+    step = jax.jit(
+      jax.value_and_grad(objective, argnums=1, has_aux=True), static_argnums=0
+    )
+    compiled = step.lower(graphdef, state).compile()
+    temp[chunk] = compiled.memory_analysis().temp_size_in_bytes
+    out[chunk] = compiled(state)
+  ((_, (logp, ent)), grads) = out[0]
+  logits_BxLxV = nnx.merge(graphdef, state)(tokens_BxL)  # same parameters
+  np.testing.assert_allclose(
+    logp, losses.token_logp(logits_BxLxV, tokens_BxL), rtol=1e-5, atol=1e-6
+  )
+  ((_, (logp_c, ent_c)), grads_c) = out[32]
+  np.testing.assert_allclose(logp_c, logp, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(ent_c, ent, rtol=1e-5, atol=1e-6)
+  jax.tree.map(
+    lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5),
+    grads_c,
+    grads,
+  )
+  logits_bytes = 2 * 256 * config.vocab_size * 4
+  assert temp[0] > logits_bytes, temp  # the whole logits (and their grad)
+  assert temp[32] < 0.5 * temp[0], temp
+
+
 def test_config_errors():
   with pytest.raises(ValueError, match="n_kv_heads"):
     small_config(n_heads=4, n_kv_heads=3)
@@ -357,6 +403,8 @@ def test_config_errors():
     small_config(d_model=0)
   with pytest.raises(ValueError, match="remat"):
     small_config(remat="layers")
+  with pytest.raises(ValueError, match="logits_chunk"):
+    small_config(logits_chunk=-1)
   with pytest.raises(KeyError, match="unknown model preset"):
     models.get_preset("gpt-5")
 

@@ -164,15 +164,17 @@ def test_bad_warm_starts_are_named_errors(straight, sft_stage, tmp_path):
 
 def test_warm_start_may_change_the_rl_optimizer_and_remat(sft_stage, tmp_path):
   """Its handed-over state is fresh moments: an RL learning-rate ablation
-  shares the SFT stage, and its first update uses its own rate. Remat
-  (`config.model.remat`) leaves the parameters as they are, so an RL run
-  with it starts from a stage trained without it."""
+  shares the SFT stage, and its first update uses its own rate. Remat and
+  logits chunks (`config.model.remat`, `.logits_chunk`) leave the
+  parameters as they are, so an RL run with them starts from a stage
+  trained without them."""
   source, _ = sft_stage
   config = _config(1)
   config.init_from = str(source)
   config.rl.optimizer.learning_rate = 3e-3
   config.rl.optimizer.warmup_steps = 0
   config.model.remat = "full"
+  config.model.logits_chunk = 16
   summary = loop.train(config, str(tmp_path))
   assert summary["rl_steps"] == 1
   (row,) = _rl_rows(tmp_path).values()
