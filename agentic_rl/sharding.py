@@ -218,3 +218,22 @@ def constrain(x: jax.Array, logical_axes: Sequence[str | None]) -> jax.Array:
     return x
   spec = logical_to_spec(logical_axes, _ACTIVE.rules, mesh, x.shape)
   return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
+
+
+def constrain_state(state: Any, leading: int = 0) -> Any:
+  """`constrain` for every Variable of a state by its logical axes.
+
+  `leading` unnamed (replicated) dimensions come before each Variable's
+  own, as in parameters stacked over layers for a scan. Constraining the
+  parameters inside a traced function also constrains their gradients
+  (the transpose of a sharding constraint is the same constraint), which
+  keeps a scan's per-layer gradients split the way the parameters are.
+  """
+
+  def one(x):
+    axes = _var_axes(x) if isinstance(x, nnx.Variable) else None
+    if axes is None:
+      return x
+    return x.replace(constrain(x.get_value(), (None,) * leading + axes))
+
+  return jax.tree.map(one, state, is_leaf=lambda x: isinstance(x, nnx.Variable))

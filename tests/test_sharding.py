@@ -157,6 +157,38 @@ def test_remat_and_logits_chunks_gradients_same_on_a_mesh(tokens):
   )
 
 
+def test_remat_keeps_stacked_weights_and_gradients_split(tokens):
+  # `scan_blocks` stacks the layers' parameters for its scan. On an FSDP
+  # mesh that stack, and the gradients the backward scan accumulates into
+  # it, must stay split like the parameters: no device may hold the
+  # whole [n_layers, ...] stack of a split weight (each layer's weight is
+  # gathered inside the loop, one at a time).
+  config = CONFIG.replace(n_layers=3, remat="full")
+  mesh, rules = shd.make_mesh((1, 8, 1)), shd.DEFAULT_TRAIN_RULES
+  graphdef, state = nnx.split(models.build(config, 0))
+  state = shd.shard_state(state, mesh, rules)
+  batch = shd.logical_sharding(("batch", "length"), rules, mesh, tokens.shape)
+  hlo = (
+    grads_jit.lower(graphdef, state, jax.device_put(tokens, batch), mesh, rules)
+    .compile()
+    .as_text()
+  )
+  checked = 0
+  for path, leaf in nnx.to_flat_state(state):
+    if path[0] != "layers" or path[1] != 0:
+      continue
+    value = leaf.get_value()
+    local = value.addressable_shards[0].data.shape
+    if local == value.shape:
+      continue  # not split: nothing to keep split
+    whole = f"f32[{','.join(map(str, (3, *value.shape)))}]"
+    split = f"f32[{','.join(map(str, (3, *local)))}]"
+    assert whole not in hlo, (path, whole)
+    assert split in hlo, (path, split)
+    checked += 1
+  assert checked >= 7  # q, k, v, o, gate, up, down kernels at least
+
+
 def test_model_sharding_in_place(model):
   mesh = shd.make_mesh((1, 1, 8))
   sharded = models.build(CONFIG, 0)

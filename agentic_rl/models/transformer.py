@@ -739,7 +739,11 @@ def scan_blocks(
   """
   graphdef, _ = nnx.split(layers[0])
   states = [nnx.state(layer) for layer in layers]
-  stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *states)
+  # Kept split as the parameters are (FSDP): without the constraints the
+  # backward scan gathered every layer's gradient into one whole stack.
+  stacked = shd.constrain_state(
+    jax.tree.map(lambda *xs: jnp.stack(xs), *states), leading=1
+  )
   policy = (
     jax.checkpoint_policies.dots_with_no_batch_dims_saveable
     if remat == "dots"
@@ -748,6 +752,7 @@ def scan_blocks(
 
   @functools.partial(jax.checkpoint, policy=policy)
   def body(x_BxLxD, state):
+    state = shd.constrain_state(state)
     return nnx.merge(graphdef, state)(x_BxLxD, positions_BxL), None
 
   return jax.lax.scan(body, x_BxLxD, stacked)[0]
