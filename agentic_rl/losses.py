@@ -118,6 +118,55 @@ def token_logp_and_entropy(
   return _shift_right(picked_BxM), _shift_right(ent_BxM)
 
 
+def map_position_chunks(
+  fn: Callable[..., dict[str, jax.Array]],
+  chunk_len: int,
+  next_BxL: jax.Array,
+  *arrays_BxLx: jax.Array,
+) -> dict[str, jax.Array]:
+  """Per-position terms computed `chunk_len` positions at a time.
+
+  `fn(next_BxC, *chunks_BxCx)` gets each chunk of the next tokens
+  (`next_BxL[:, t]` is token t+1) and of `arrays_BxLx` ([B, L, ...], cut
+  along L), and returns a dict of [B, C] terms for the predictions made
+  at those positions. Chunks run one after another, each under
+  `jax.checkpoint`, so whatever `fn` builds per chunk (logits, say) is
+  only ever held for one chunk, in the backward pass too. The terms come
+  back aligned like `token_logp` (entry t belongs to token t; 0 at t = 0).
+  L need not be a multiple of `chunk_len`.
+  """
+  b, l = next_BxL.shape
+  if not isinstance(chunk_len, int) or chunk_len <= 0:
+    raise LossConfigError(f"chunk_len must be a positive int: {chunk_len!r}")
+  for x in arrays_BxLx:
+    if x.shape[:2] != (b, l):
+      raise LossShapeError(
+        f"chunked arrays must start with [B, L] = {(b, l)}: {x.shape}"
+      )
+  n = -(-l // chunk_len)
+  pad = n * chunk_len - l
+
+  def chunks(x_BxLx: jax.Array) -> jax.Array:
+    widths = ((0, 0), (0, pad)) + ((0, 0),) * (x_BxLx.ndim - 2)
+    x = jnp.pad(x_BxLx, widths)
+    return x.reshape(b, n, chunk_len, *x.shape[2:]).swapaxes(0, 1)
+
+  terms_NxBxC = jax.lax.map(
+    jax.checkpoint(lambda xs: fn(*xs)),
+    tuple(chunks(x) for x in (next_BxL, *arrays_BxLx)),
+  )
+
+  def unchunk(x_NxBxC: jax.Array) -> jax.Array:
+    return _shift_right(x_NxBxC.swapaxes(0, 1).reshape(b, -1)[:, : l - 1])
+
+  return {k: unchunk(v) for k, v in terms_NxBxC.items()}
+
+
+def next_tokens(tokens_BxL: jax.Array) -> jax.Array:
+  """Token t+1 at index t (the one position t predicts); 0 at the end."""
+  return jnp.pad(tokens_BxL[:, 1:], ((0, 0), (0, 1)))
+
+
 def chunked_token_logp(
   hidden_BxLxD: jax.Array,
   tokens_BxL: jax.Array,
@@ -128,47 +177,36 @@ def chunked_token_logp(
   """`token_logp` (and `token_entropy`) without the whole [B, L, V] logits.
 
   `project` maps final hidden states [B, C, D] to logits [B, C, V] (the
-  vocabulary projection, closing over its weights). The positions run in
-  sequential chunks of `chunk_len`, each under `jax.checkpoint`, so the
-  forward pass and the backward pass (which recomputes each chunk's
-  logits) hold one [B, chunk_len, V] block at a time instead of all of
-  them. Equal to `token_logp_and_entropy(project(hidden), tokens)` up to
-  float summation order; L need not be a multiple of `chunk_len`.
+  vocabulary projection, closing over its weights); the positions run in
+  chunks of `chunk_len` (`map_position_chunks`), so the forward and the
+  backward pass (which recomputes each chunk's logits) hold one
+  [B, chunk_len, V] block at a time. Equal to
+  `token_logp_and_entropy(project(hidden), tokens)` up to float
+  summation order.
   """
-  b, l, d = hidden_BxLxD.shape
-  if tokens_BxL.shape != (b, l):
+  if tokens_BxL.shape != hidden_BxLxD.shape[:2] or hidden_BxLxD.ndim != 3:
     raise LossShapeError(
       f"hidden {hidden_BxLxD.shape} and tokens {tokens_BxL.shape} must be "
       "[B, L, D] and [B, L]"
     )
-  if not isinstance(chunk_len, int) or chunk_len <= 0:
-    raise LossConfigError(f"chunk_len must be a positive int: {chunk_len!r}")
-  n = -(-l // chunk_len)
-  pad = n * chunk_len - l
-  # Position t predicts token t+1; the last position predicts nothing.
-  next_BxL = jnp.pad(tokens_BxL[:, 1:], ((0, 0), (0, 1 + pad)))
-  h_BxLxD = jnp.pad(hidden_BxLxD, ((0, 0), (0, pad), (0, 0)))
-  h_NxBxCxD = h_BxLxD.reshape(b, n, chunk_len, d).swapaxes(0, 1)
-  next_NxBxC = next_BxL.reshape(b, n, chunk_len).swapaxes(0, 1)
 
-  @jax.checkpoint
-  def one(chunk):
-    h_BxCxD, next_BxC = chunk
+  def one(next_BxC, h_BxCxD):
     logp_BxCxV = jax.nn.log_softmax(
       project(h_BxCxD).astype(jnp.float32), axis=-1
     )
-    picked_BxC = jnp.take_along_axis(logp_BxCxV, next_BxC[..., None], -1)
-    if not with_entropy:
-      return picked_BxC[..., 0], None
-    ent_BxC = -jnp.sum(jnp.exp(logp_BxCxV) * logp_BxCxV, axis=-1)
-    return picked_BxC[..., 0], ent_BxC
+    terms = {"logp": _picked(logp_BxCxV, next_BxC)}
+    if with_entropy:
+      terms["entropy"] = -jnp.sum(jnp.exp(logp_BxCxV) * logp_BxCxV, axis=-1)
+    return terms
 
-  logp_NxBxC, ent_NxBxC = jax.lax.map(one, (h_NxBxCxD, next_NxBxC))
+  terms = map_position_chunks(
+    one, chunk_len, next_tokens(tokens_BxL), hidden_BxLxD
+  )
+  return terms["logp"], terms.get("entropy")
 
-  def unchunk(x_NxBxC: jax.Array) -> jax.Array:
-    return _shift_right(x_NxBxC.swapaxes(0, 1).reshape(b, -1)[:, : l - 1])
 
-  return unchunk(logp_NxBxC), (unchunk(ent_NxBxC) if with_entropy else None)
+def _picked(logp_XxV: jax.Array, tokens_X: jax.Array) -> jax.Array:
+  return jnp.take_along_axis(logp_XxV, tokens_X[..., None], axis=-1)[..., 0]
 
 
 # ---------------------------------------------------------------------------
@@ -726,25 +764,90 @@ def token_divergence(
 
   logq_BxMxV = log_softmax(student_logits_BxLxV)
   logp_BxMxV = jax.lax.stop_gradient(log_softmax(teacher_logits_BxLxV))
+  div_BxM = _divergence(logq_BxMxV, logp_BxMxV, kind, beta)
+  return _shift_right(div_BxM * temperature**2)
 
-  def kl(loga_BxMxV: jax.Array, logb_BxMxV: jax.Array) -> jax.Array:
+
+def _divergence(
+  logq_XxV: jax.Array, logp_XxV: jax.Array, kind: Divergence, beta: float
+) -> jax.Array:
+  """`kind` between teacher p and student q from their log-probs [..., V]."""
+
+  def kl(loga_XxV: jax.Array, logb_XxV: jax.Array) -> jax.Array:
     # xlogy-style: a term with a = 0 is 0 even where log b = -inf.
-    a_BxMxV = jnp.exp(loga_BxMxV)
-    terms = jnp.where(a_BxMxV > 0, a_BxMxV * (loga_BxMxV - logb_BxMxV), 0.0)
+    a_XxV = jnp.exp(loga_XxV)
+    terms = jnp.where(a_XxV > 0, a_XxV * (loga_XxV - logb_XxV), 0.0)
     return jnp.sum(terms, axis=-1)
 
   if kind == "forward_kl":
-    div_BxM = kl(logp_BxMxV, logq_BxMxV)
-  elif kind == "reverse_kl":
-    div_BxM = kl(logq_BxMxV, logp_BxMxV)
-  else:
-    logm_BxMxV = jnp.logaddexp(
-      jnp.log(beta) + logp_BxMxV, jnp.log1p(-beta) + logq_BxMxV
+    return kl(logp_XxV, logq_XxV)
+  if kind == "reverse_kl":
+    return kl(logq_XxV, logp_XxV)
+  logm_XxV = jnp.logaddexp(
+    jnp.log(beta) + logp_XxV, jnp.log1p(-beta) + logq_XxV
+  )
+  return beta * kl(logp_XxV, logm_XxV) + (1.0 - beta) * kl(logq_XxV, logm_XxV)
+
+
+def chunked_distill_terms(
+  student_hidden_BxLxD: jax.Array,
+  teacher_hidden_BxLxD: jax.Array,
+  tokens_BxL: jax.Array,
+  student_project: Callable[[jax.Array], jax.Array],
+  teacher_project: Callable[[jax.Array], jax.Array],
+  chunk_len: int,
+  kind: Divergence = "forward_kl",
+  temperature: float = 1.0,
+  beta: float = 0.5,
+  with_entropy: bool = False,
+) -> dict[str, jax.Array]:
+  """Distillation's per-token terms, `chunk_len` positions at a time.
+
+  From the student's and the teacher's final hidden states and vocabulary
+  projections (as in `chunked_token_logp`): "logp" (the student's
+  `token_logp`), "divergence" (`token_divergence`), "agreement"
+  (`top1_agreement`) and, `with_entropy`, "entropy" (`token_entropy`),
+  each [B, L] and equal to those functions on whole logits; neither
+  model's [B, L, V] logits are ever held whole. The teacher gets no
+  gradient.
+  """
+  check_divergence(kind, temperature, beta)
+
+  def one(next_BxC, s_BxCxD, t_BxCxD):
+    s_logits_BxCxV = student_project(s_BxCxD).astype(jnp.float32)
+    t_logits_BxCxV = jax.lax.stop_gradient(
+      teacher_project(t_BxCxD).astype(jnp.float32)
     )
-    div_BxM = beta * kl(logp_BxMxV, logm_BxMxV) + (1.0 - beta) * kl(
-      logq_BxMxV, logm_BxMxV
-    )
-  return _shift_right(div_BxM * temperature**2)
+    if s_logits_BxCxV.shape != t_logits_BxCxV.shape:
+      raise LossShapeError(
+        f"student logits {s_logits_BxCxV.shape} and teacher logits "
+        f"{t_logits_BxCxV.shape} must have one shape (same vocabulary)"
+      )
+    logq_BxCxV = jax.nn.log_softmax(s_logits_BxCxV, axis=-1)
+    terms = {
+      "logp": _picked(logq_BxCxV, next_BxC),
+      "divergence": temperature**2
+      * _divergence(
+        jax.nn.log_softmax(s_logits_BxCxV / temperature, axis=-1),
+        jax.nn.log_softmax(t_logits_BxCxV / temperature, axis=-1),
+        kind,
+        beta,
+      ),
+      "agreement": (
+        jnp.argmax(s_logits_BxCxV, -1) == jnp.argmax(t_logits_BxCxV, -1)
+      ).astype(jnp.float32),
+    }
+    if with_entropy:
+      terms["entropy"] = -jnp.sum(jnp.exp(logq_BxCxV) * logq_BxCxV, axis=-1)
+    return terms
+
+  return map_position_chunks(
+    one,
+    chunk_len,
+    next_tokens(tokens_BxL),
+    student_hidden_BxLxD,
+    teacher_hidden_BxLxD,
+  )
 
 
 def top1_agreement(

@@ -102,6 +102,55 @@ def test_chunked_token_logp_equals_whole_logits(length, chunk):
   )
 
 
+@pytest.mark.parametrize("kind", ["forward_kl", "reverse_kl", "jsd"])
+def test_chunked_distill_terms_equal_whole_logits(kind):
+  # Student and teacher projected chunk by chunk: the same divergence,
+  # top-1 agreement, log-probs and entropy as the whole-logits functions,
+  # the same student gradients, and no gradient into the teacher.
+  rng = np.random.default_rng(7)
+  s_BxLxD, t_BxLxD = (
+    jnp.asarray(rng.normal(size=(2, 11, 5)), jnp.float32) for _ in range(2)
+  )
+  ws_DxV, wt_DxV = (
+    jnp.asarray(rng.normal(size=(5, 9)), jnp.float32) for _ in range(2)
+  )
+  tokens_BxL = jnp.asarray(rng.integers(0, 9, (2, 11)), jnp.int32)
+  mix_BxL = jnp.asarray(rng.normal(size=(2, 11)), jnp.float32)
+
+  def whole(s, ws, t):
+    sl, tl = s @ ws, t @ wt_DxV
+    logp, ent = losses.token_logp_and_entropy(sl, tokens_BxL)
+    return {
+      "logp": logp,
+      "entropy": ent,
+      "divergence": losses.token_divergence(sl, tl, kind, 1.5, 0.3),
+      "agreement": losses.top1_agreement(sl, tl),
+    }
+
+  def chunked(s, ws, t):
+    return losses.chunked_distill_terms(
+      s, t, tokens_BxL, lambda x: x @ ws, lambda x: x @ wt_DxV, 4,
+      kind, 1.5, 0.3, with_entropy=True,
+    )  # fmt: skip
+
+  want, got = whole(s_BxLxD, ws_DxV, t_BxLxD), chunked(s_BxLxD, ws_DxV, t_BxLxD)
+  assert set(got) == set(want)
+  for k in want:
+    np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
+
+  def grads(fn):
+    def f(s, ws, t):
+      terms = fn(s, ws, t)
+      return jnp.sum(mix_BxL * (terms["divergence"] + terms["logp"]))
+
+    return jax.grad(f, argnums=(0, 1, 2))(s_BxLxD, ws_DxV, t_BxLxD)
+
+  got_g, want_g = grads(chunked), grads(whole)
+  for g, w in zip(got_g[:2], want_g[:2], strict=True):
+    np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+  np.testing.assert_array_equal(got_g[2], 0.0)  # the teacher is frozen
+
+
 def test_chunked_token_logp_bad_input():
   h = jnp.zeros((2, 5, 3))
   with pytest.raises(losses.LossShapeError, match="hidden"):

@@ -66,9 +66,10 @@ class ModelConfig:
   # sampler's cached path ignores it (`transformer.scan_blocks`).
   remat: str = "none"
   # Positions per chunk of the vocabulary projection in the training
-  # log-probs (`Transformer.token_logp`, `losses.chunked_token_logp`): the
-  # [B, L, V] logits are never held whole, only [B, logits_chunk, V] at a
-  # time, forward and backward. 0: all positions at once.
+  # losses (`Transformer.token_logp`, `train.step.teacher_terms`;
+  # `losses.map_position_chunks`): the [B, L, V] logits are never held
+  # whole, only [B, logits_chunk, V] at a time, forward and backward.
+  # 0: all positions at once.
   logits_chunk: int = 0
 
   def __post_init__(self):

@@ -31,7 +31,7 @@ from agentic_rl.train.step import (
   Metrics,
   StepConfig,
   jit_step,
-  teacher_divergence,
+  teacher_terms,
   update_step,
 )
 from agentic_rl.types import TrajectoryBatch
@@ -66,19 +66,17 @@ def distill_loss_fn(
   norm_length: int | None = None,
 ) -> tuple[jax.Array, Metrics]:
   """Student forward + teacher forward (no gradient) + `losses.distill_loss`."""
-  student_BxLxV = model(batch.tokens_BxL)
-  div_BxL, agree_BxL = teacher_divergence(
-    student_BxLxV,
+  terms = teacher_terms(
+    model,
     teacher,
     batch.tokens_BxL,
     config.divergence,
     config.temperature,
     config.beta,
   )
-  logp_BxL = losses.token_logp(student_BxLxV, batch.tokens_BxL)
   loss, metrics = losses.distill_loss(
-    div_BxL,
-    logp_BxL,
+    terms["divergence"],
+    terms["logp"],
     batch.loss_mask_BxL,
     config.kd_coef,
     config.sft_coef,
@@ -86,7 +84,9 @@ def distill_loss_fn(
     norm_length,
   )
   # How often the student's top token is the teacher's (on action tokens).
-  metrics["top1_agreement"] = losses.masked_mean(agree_BxL, batch.loss_mask_BxL)
+  metrics["top1_agreement"] = losses.masked_mean(
+    terms["agreement"], batch.loss_mask_BxL
+  )
   return loss, metrics
 
 

@@ -260,28 +260,58 @@ def jit_step(
   return call
 
 
-def teacher_divergence(
-  logits_BxLxV: jax.Array,
+def teacher_terms(
+  model: nnx.Module,
   teacher: ModelState,
   tokens_BxL: jax.Array,
   kind: losses.Divergence,
   temperature: float = 1.0,
   beta: float = 0.5,
-) -> tuple[jax.Array, jax.Array]:
-  """(divergence_BxL, top-1 agreement_BxL) of the student's `logits_BxLxV`
-  from a frozen teacher's on `tokens_BxL` (`losses.token_divergence`; the
-  teacher gets no gradient). `DistillError` unless the two vocabularies
-  agree."""
-  t_logits_BxLxV = jax.lax.stop_gradient(teacher.merge()(tokens_BxL))
-  if t_logits_BxLxV.shape[-1] != logits_BxLxV.shape[-1]:
+  with_entropy: bool = False,
+) -> dict[str, jax.Array]:
+  """The student `model`'s per-token terms against a frozen teacher on
+  `tokens_BxL`, each [B, L]: "logp", "divergence"
+  (`losses.token_divergence`; the teacher gets no gradient), "agreement"
+  (top-1) and, `with_entropy`, "entropy". With the student's
+  `config.logits_chunk` > 0 both vocabulary projections run in chunks of
+  positions (`losses.chunked_distill_terms`), so neither model's logits
+  are held whole. `DistillError` unless the two vocabularies agree."""
+  t_model = teacher.merge()
+  if t_model.config.vocab_size != model.config.vocab_size:
     raise DistillError(
-      f"student vocabulary {logits_BxLxV.shape[-1]} != teacher vocabulary "
-      f"{t_logits_BxLxV.shape[-1]}: distillation needs one tokenizer"
+      f"student vocabulary {model.config.vocab_size} != teacher vocabulary "
+      f"{t_model.config.vocab_size}: distillation needs one tokenizer"
     )
-  div_BxL = losses.token_divergence(
-    logits_BxLxV, t_logits_BxLxV, kind, temperature, beta
-  )
-  return div_BxL, losses.top1_agreement(logits_BxLxV, t_logits_BxLxV)
+  chunk = model.config.logits_chunk
+  if 0 < chunk < tokens_BxL.shape[1]:
+    t_hidden_BxLxD = jax.lax.stop_gradient(t_model.hidden(tokens_BxL))
+    return losses.chunked_distill_terms(
+      model.final_norm(model.hidden(tokens_BxL)),
+      t_model.final_norm(t_hidden_BxLxD),
+      tokens_BxL,
+      model.vocab_projection(),
+      t_model.vocab_projection(),
+      chunk,
+      kind,
+      temperature,
+      beta,
+      with_entropy,
+    )
+  logits_BxLxV = model(tokens_BxL)
+  t_logits_BxLxV = jax.lax.stop_gradient(t_model(tokens_BxL))
+  terms = {
+    "divergence": losses.token_divergence(
+      logits_BxLxV, t_logits_BxLxV, kind, temperature, beta
+    ),
+    "agreement": losses.top1_agreement(logits_BxLxV, t_logits_BxLxV),
+  }
+  if with_entropy:
+    terms["logp"], terms["entropy"] = losses.token_logp_and_entropy(
+      logits_BxLxV, tokens_BxL
+    )
+  else:
+    terms["logp"] = losses.token_logp(logits_BxLxV, tokens_BxL)
+  return terms
 
 
 # ---------------------------------------------------------------------------
@@ -320,25 +350,23 @@ def policy_loss_fn(
   """
   batch = inputs.batch
   div_BxL = agree_BxL = None
+  # The model's `logits_chunk` bounds the logits memory on both paths.
   if teacher is None:
-    # The model's `logits_chunk` bounds the logits memory here.
     logp_BxL, entropy_BxL = model.token_logp(
       batch.tokens_BxL, with_entropy=True
     )
   else:
-    # The divergence needs the student's whole logits.
-    logits_BxLxV = model(batch.tokens_BxL)
-    logp_BxL, entropy_BxL = losses.token_logp_and_entropy(
-      logits_BxLxV, batch.tokens_BxL
-    )
-    div_BxL, agree_BxL = teacher_divergence(
-      logits_BxLxV,
+    terms = teacher_terms(
+      model,
       teacher,
       batch.tokens_BxL,
       config.teacher_divergence,
       config.teacher_temperature,
       config.teacher_beta,
+      with_entropy=True,
     )
+    logp_BxL, entropy_BxL = terms["logp"], terms["entropy"]
+    div_BxL, agree_BxL = terms["divergence"], terms["agreement"]
   old_BxL = (
     batch.behaviour_logp_BxL
     if inputs.old_logp_BxL is None

@@ -19,7 +19,11 @@ neither remat nor chunks may change beyond float summation order.
 With --compile_only the step is compiled from shapes alone
 (`abstract_train_state`, nothing allocated) and only its memory is
 reported, so a real-size preset fits a small machine:
-`--preset=qwen3-0.6b --rows=1 --lengths=2048 --compile_only`.
+`--preset=qwen3-0.6b --rows=1 --lengths=2048 --compile_only`. With
+`--mesh=data,fsdp,tensor` (and that many devices, simulated on a CPU with
+XLA_FLAGS=--xla_force_host_platform_device_count=N) the state and batch
+are split by the training rules and the memory is per device; `--remats`
+picks a subset of the modes.
 Prints a table and writes JSON (default experiments/benchmarks/remat.json).
 """
 
@@ -40,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 import jax  # noqa: E402
 
 from agentic_rl import models  # noqa: E402
+from agentic_rl import sharding as shd  # noqa: E402
 from agentic_rl.models.config import REMAT  # noqa: E402
 from agentic_rl.train import step as step_lib  # noqa: E402
 from agentic_rl.train.state import (  # noqa: E402
@@ -64,6 +69,7 @@ def measure(
   logits_chunk: int,
   repeats: int,
   compile_only: bool = False,
+  mesh_shape: tuple[int, ...] = (1, 1, 1),
 ):
   config = STEP_CONFIG
   model_config = models.get_preset(
@@ -72,10 +78,12 @@ def measure(
   make_inputs = lambda: synthetic_inputs(rows, length, model_config.vocab_size)
   if compile_only:
     state = abstract_train_state(model_config, config.optimizer)
-    layout = make_layout(state)
+    layout = make_layout(state, shd.make_mesh(mesh_shape))
     inputs = jax.eval_shape(make_inputs)
   else:
-    state, layout = create_train_state(model_config, config.optimizer)
+    state, layout = create_train_state(
+      model_config, config.optimizer, mesh=shd.make_mesh(mesh_shape)
+    )
     inputs = make_inputs()
   step = step_lib.make_train_step(config, layout)
   start = time.perf_counter()
@@ -88,6 +96,7 @@ def measure(
     "length": length,
     "remat": remat,
     "logits_chunk": logits_chunk,
+    "mesh": list(mesh_shape),
     "temp_mib": memory.temp_size_in_bytes / MiB,
     "argument_mib": memory.argument_size_in_bytes / MiB,
     "compile_s": compile_s,
@@ -113,6 +122,15 @@ def main(argv):
   parser.add_argument("--rows", type=int, default=8)
   parser.add_argument("--lengths", default="512,1024")
   parser.add_argument("--logits_chunks", default="0")
+  parser.add_argument(
+    "--mesh",
+    default="1,1,1",
+    help="data,fsdp,tensor; memory is then per device (simulate devices "
+    "with XLA_FLAGS=--xla_force_host_platform_device_count=N)",
+  )
+  parser.add_argument(
+    "--remats", default=",".join(REMAT), help="subset of " + ",".join(REMAT)
+  )
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument("--out", default="experiments/benchmarks/remat.json")
   parser.add_argument(
@@ -128,7 +146,7 @@ def main(argv):
     variants = [
       (remat, int(chunk))
       for chunk in args.logits_chunks.split(",")
-      for remat in REMAT
+      for remat in args.remats.split(",")
     ]
     for remat, chunk in variants:
       r = measure(
@@ -139,6 +157,7 @@ def main(argv):
         chunk,
         args.repeats,
         args.compile_only,
+        tuple(int(x) for x in args.mesh.split(",")),
       )
       base = base or r
       r["temp_vs_none"] = r["temp_mib"] / base["temp_mib"]

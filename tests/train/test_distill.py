@@ -78,6 +78,15 @@ def test_loss_is_the_masked_divergence_from_the_teacher():
   _, metrics = step(student, batch)
   np.testing.assert_allclose(metrics["divergence"], kl[mask].mean(), rtol=1e-4)
   np.testing.assert_allclose(metrics["loss"], kl[mask].mean(), rtol=1e-4)
+  # The same student with its projection in chunks of positions
+  # (`logits_chunk`, both models' logits never whole): the same numbers.
+  teacher, t_layout = teacher_state()
+  chunked, layout = st.create_train_state(
+    STUDENT_CONFIG.replace(logits_chunk=8), OPT_CONFIG, seed=0
+  )
+  _, got = step_against(teacher, t_layout, layout)(chunked, batch)
+  for k in ("loss", "divergence", "top1_agreement", "grad_norm"):
+    np.testing.assert_allclose(got[k], metrics[k], rtol=1e-4, err_msg=k)
 
 
 def test_student_moves_toward_the_teacher_and_the_teacher_stays():
