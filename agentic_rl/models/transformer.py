@@ -739,8 +739,9 @@ def scan_blocks(
   """
   graphdef, _ = nnx.split(layers[0])
   states = [nnx.state(layer) for layer in layers]
-  # Kept split as the parameters are (FSDP): without the constraints the
-  # backward scan gathered every layer's gradient into one whole stack.
+  # Kept split as the parameters are (FSDP). Without the constraints XLA
+  # may gather the stack, and the gradients the backward scan accumulates
+  # into it, whole on every device (it did for a small model on 8 devices).
   stacked = shd.constrain_state(
     jax.tree.map(lambda *xs: jnp.stack(xs), *states), leading=1
   )
