@@ -96,8 +96,7 @@ def token_entropy(logits_BxLxV: jax.Array) -> jax.Array:
   """Entropy of the distribution each token was drawn from (0 at t=0)."""
   logits_BxMxV = logits_BxLxV[:, :-1].astype(jnp.float32)
   logp_BxMxV = jax.nn.log_softmax(logits_BxMxV, axis=-1)
-  ent_BxM = -jnp.sum(jnp.exp(logp_BxMxV) * logp_BxMxV, axis=-1)
-  return _shift_right(ent_BxM)
+  return _shift_right(_entropy(logp_BxMxV))
 
 
 def token_logp_and_entropy(
@@ -111,11 +110,8 @@ def token_logp_and_entropy(
     )
   logits_BxMxV = logits_BxLxV[:, :-1].astype(jnp.float32)
   logp_BxMxV = jax.nn.log_softmax(logits_BxMxV, axis=-1)
-  picked_BxM = jnp.take_along_axis(
-    logp_BxMxV, tokens_BxL[:, 1:, None], axis=-1
-  )[..., 0]
-  ent_BxM = -jnp.sum(jnp.exp(logp_BxMxV) * logp_BxMxV, axis=-1)
-  return _shift_right(picked_BxM), _shift_right(ent_BxM)
+  picked_BxM = _picked(logp_BxMxV, tokens_BxL[:, 1:])
+  return _shift_right(picked_BxM), _shift_right(_entropy(logp_BxMxV))
 
 
 def map_position_chunks(
@@ -196,7 +192,7 @@ def chunked_token_logp(
     )
     terms = {"logp": _picked(logp_BxCxV, next_BxC)}
     if with_entropy:
-      terms["entropy"] = -jnp.sum(jnp.exp(logp_BxCxV) * logp_BxCxV, axis=-1)
+      terms["entropy"] = _entropy(logp_BxCxV)
     return terms
 
   terms = map_position_chunks(
@@ -207,6 +203,10 @@ def chunked_token_logp(
 
 def _picked(logp_XxV: jax.Array, tokens_X: jax.Array) -> jax.Array:
   return jnp.take_along_axis(logp_XxV, tokens_X[..., None], axis=-1)[..., 0]
+
+
+def _entropy(logp_XxV: jax.Array) -> jax.Array:
+  return -jnp.sum(jnp.exp(logp_XxV) * logp_XxV, axis=-1)
 
 
 # ---------------------------------------------------------------------------
@@ -838,7 +838,7 @@ def chunked_distill_terms(
       ).astype(jnp.float32),
     }
     if with_entropy:
-      terms["entropy"] = -jnp.sum(jnp.exp(logq_BxCxV) * logq_BxCxV, axis=-1)
+      terms["entropy"] = _entropy(logq_BxCxV)
     return terms
 
   return map_position_chunks(
