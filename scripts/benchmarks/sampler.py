@@ -23,12 +23,17 @@ greedy with no stop ids, so every row emits exactly its budget.
 * decode step by cache length: a 64-token context (span 128) decoded from
   caches of 128, 320 and 1,024 positions, batch 8. Reading only the span
   in place, the step costs the same at every length.
-* decode-step breakdown at batch 32 (why the speed is what it is): the
-  sampler's whole decode step; the model's cached forward alone (no token
-  selection or loop bookkeeping); the forward without attention over the
-  cache; and the floor, the model's weight matmuls alone (x @ W for every
-  projection, chained, nothing else). Each is a jitted 64-step
-  `fori_loop`, reported in ms per step and GFLOP/s of weight matmuls.
+* decode-step breakdown at batch 32 (or `--breakdown_batch`), why the
+  speed is what it is: the sampler's whole decode step; the model's cached
+  forward alone (no token selection or loop bookkeeping); the forward
+  without attention over the cache; and the floor, the model's weight
+  matmuls alone (x @ W for every projection, chained, nothing else). Each
+  is a jitted 64-step `fori_loop`, reported in ms per step and GFLOP/s of
+  weight matmuls.
+  A last variant runs the same floor with every layer reusing layer 0's
+  weights: the same FLOPs over 1/n_layers of the bytes, which then stay in
+  cache, so the gap between the two is what streaming the weights from
+  memory costs (on a 2-core Zen 3 VM, most of the floor at batch 8).
 * matmul bound per single-turn batch: the weight-matrix FLOPs one
   `generate` call cannot avoid (every projection for the B x prompt tokens
   of the prefill, then for B rows at each of the new - 1 decode steps; the
@@ -36,7 +41,10 @@ greedy with no stop ids, so every row emits exactly its budget.
   the model's largest product at that many rows (torch or XLA, all cores).
   No implementation built on these libraries can beat B * new / that
   time; divided by the HF tokens/s it is the largest speedup over HF this
-  machine allows them.
+  machine allows them. With memory reads: each decode step must also read
+  every weight and the KV cache it attends to (`generate_bytes`); at the
+  machine's measured stream speed, overlapped perfectly with the products
+  (per phase, the slower of the two) and not overlapped (their sum).
 
 On an accelerator (`--hf_device=cuda`; JAX then runs on its default
 backend, the GPU), `generate` runs on the same device, both sides do full
@@ -258,6 +266,54 @@ def matmul_peak_gflops(rows: int, d_in: int, d_out: int, repeats: int):
   return 2 * rows * d_in * d_out * chain / seconds / 1e9
 
 
+def stream_read_gbps(repeats: int, megabytes: int = 256) -> float:
+  """Best GB/s of summing a float32 array far larger than any cache.
+
+  torch (its thread pool) and XLA, the faster: how fast this machine
+  streams bytes from memory, every core used.
+  """
+  n = megabytes * 2**20 // 4
+  tx = torch.ones(n, device=HF_DEVICE)
+  jx = jnp.ones((n,), jnp.float32)
+
+  def run_torch():
+    with torch.inference_mode():
+      tx.sum()
+    sync_torch()
+
+  read_xla = jax.jit(jnp.sum)
+  seconds = min(
+    timed(run_torch, repeats)[1],
+    timed(lambda: jax.block_until_ready(read_xla(jx)), repeats)[1],
+  )
+  return 4 * n / seconds / 1e9
+
+
+def generate_bytes(config, batch, prompt_len, new) -> tuple[int, int]:
+  """(prefill, decode) bytes one `generate` call must read from memory.
+
+  Every weight once for the prefill and once per decode step (with the
+  qwen3-bench weights and a batch-32 KV cache they exceed the last-level
+  cache of the 2-core VMs, so nothing stays resident between steps), plus
+  the keys and values each decode step attends to: prompt_len + t
+  positions at step t = 1 .. new - 1. Activations are left out.
+  """
+  c = config
+  item = jnp.dtype(c.weight_dtype).itemsize
+  weights = item * (
+    c.n_layers
+    * (
+      2 * c.d_model * c.n_heads * c.head_dim
+      + 2 * c.d_model * c.n_kv_heads * c.head_dim
+      + 3 * c.d_model * c.mlp_dim
+    )
+    + c.d_model * c.vocab_size
+  )
+  kv_per_position = c.kv_cache_bytes_per_slot(1) * batch
+  positions = sum(prompt_len + t for t in range(1, new))
+  return weights, (new - 1) * weights + kv_per_position * positions
+
+
 def matmul_bound(config, batch, prompt_len, new, repeats):
   """A roofline for one `generate` call: its weight matmuls at peak speed.
 
@@ -284,12 +340,28 @@ def matmul_bound(config, batch, prompt_len, new, repeats):
   )
   peak_decode = matmul_peak_gflops(batch, c.d_model, c.mlp_dim, repeats)
   seconds = prefill / peak_prefill / 1e9 + decode / peak_decode / 1e9
+  # Memory: the bytes each phase must read at the machine's stream speed.
+  # Reading overlapped perfectly with the products gives the larger of the
+  # two times per phase; not overlapped at all, their sum.
+  read_prefill, read_decode = generate_bytes(config, batch, prompt_len, new)
+  gbps = stream_read_gbps(repeats)
+  mem_prefill, mem_decode = read_prefill / gbps / 1e9, read_decode / gbps / 1e9
+  compute_prefill = prefill / peak_prefill / 1e9
+  compute_decode = decode / peak_decode / 1e9
+  overlapped = max(compute_prefill, mem_prefill) + max(
+    compute_decode, mem_decode
+  )
+  serial = seconds + mem_prefill + mem_decode
   return {
     "weight_matmul_gflop": (prefill + decode) / 1e9,
     "peak_gflops_prefill": peak_prefill,
     "peak_gflops_decode": peak_decode,
     "seconds_bound": seconds,
     "tokens_per_s_bound": batch * new / seconds,
+    "read_gb": (read_prefill + read_decode) / 1e9,
+    "stream_read_gbps": gbps,
+    "tokens_per_s_bound_with_reads": batch * new / overlapped,
+    "tokens_per_s_bound_reads_not_overlapped": batch * new / serial,
   }
 
 
@@ -429,10 +501,13 @@ def decode_breakdown(model, batch: int, repeats: int, steps: int = 64):
     start = (cache, lengths_B, jnp.zeros((batch,), jnp.int32))
     return jax.lax.fori_loop(0, steps, body, start)[2]
 
-  def matmul_floor(params, x_BxD):
+  def matmul_floor(params, x_BxD, one_layer):
     m = nnx.merge(graphdef, params)
     kernels = []
-    for layer in m.layers:
+    # one_layer: every layer multiplies by layer 0's weights, the same
+    # FLOPs over a quarter of the bytes (4 layers), which then stay in
+    # cache; the gap to the real floor is the cost of streaming weights.
+    for layer in [m.layers[0]] * len(m.layers) if one_layer else m.layers:
       a, f = layer.attn, layer.mlp
       kernels.append(
         [
@@ -459,7 +534,7 @@ def decode_breakdown(model, batch: int, repeats: int, steps: int = 64):
   cache = transformer.init_cache(config, batch, max_len)
   lengths_B = jnp.full((batch,), max_len - steps, jnp.int32)
   forward = jax.jit(forward_loop, static_argnums=3)
-  floor = jax.jit(matmul_floor)
+  floor = jax.jit(matmul_floor, static_argnums=2)
   d, h, kv, dh, f = (
     config.d_model, config.n_heads, config.n_kv_heads, config.head_dim,
     config.mlp_dim,
@@ -491,7 +566,10 @@ def decode_breakdown(model, batch: int, repeats: int, steps: int = 64):
       forward, (params, cache, lengths_B, True), steps, repeats
     ),
     "weight_matmuls_only_ms": _per_step_ms(
-      floor, (params, jnp.ones((batch, d), jnp.float32)), steps, repeats
+      floor, (params, jnp.ones((batch, d), jnp.float32), False), steps, repeats
+    ),
+    "weight_matmuls_one_layer_reused_ms": _per_step_ms(
+      floor, (params, jnp.ones((batch, d), jnp.float32), True), steps, repeats
     ),
   }
   return {
@@ -599,6 +677,24 @@ def print_tables(report: dict) -> None:
       f"{m['tokens_per_s_bound']:>11.0f} {r['max_speedup_over_hf']:>16.2f}x "
       f"{r['hf_gflops']:>8.0f}"
     )
+  print(
+    "\nWith memory reads: the weights every step and the KV cache each step"
+    " attends to, at this machine's stream speed"
+  )
+  header = (
+    f"{'batch':>5} {'read GB':>8} {'GB/s':>6} {'overlapped tok/s':>16} "
+    f"{'vs HF':>6} {'not overlapped':>14} {'vs HF':>6}"
+  )
+  print_header(header)
+  for r in report["single_turn"]:
+    m = r["matmul_bound"]
+    hf = r["hf_tokens_per_s"]
+    over = m["tokens_per_s_bound_with_reads"]
+    serial = m["tokens_per_s_bound_reads_not_overlapped"]
+    print(
+      f"{r['batch']:>5} {m['read_gb']:>8.2f} {m['stream_read_gbps']:>6.1f} "
+      f"{over:>16.0f} {over / hf:>5.2f}x {serial:>14.0f} {serial / hf:>5.2f}x"
+    )
   b = report.get("decode_breakdown")
   if b:
     print(
@@ -610,8 +706,9 @@ def print_tables(report: dict) -> None:
       "cached_forward_step_ms",
       "forward_without_attention_ms",
       "weight_matmuls_only_ms",
+      "weight_matmuls_one_layer_reused_ms",
     ):
-      print(f"{key:>30} {b[key]:>7.2f}")
+      print(f"{key:>34} {b[key]:>7.2f}")
     print(
       f"weight matmuls: {b['weight_matmul_mflop_per_step']:.0f} MFLOP/step, "
       f"{b['weight_matmul_gflops_at_floor']:.0f} GFLOP/s at the floor"
@@ -663,6 +760,12 @@ def main(argv: list[str]) -> None:
   parser.add_argument("--out", default=str(DEFAULT_OUT))
   parser.add_argument("--repeats", type=int, default=5)
   parser.add_argument("--batches", default="1,8,32")
+  parser.add_argument(
+    "--breakdown_batch",
+    type=int,
+    default=0,
+    help="batch of the decode-step breakdown (default: the largest batch)",
+  )
   parser.add_argument("--trajectories", type=int, default=8)
   parser.add_argument("--turns", type=int, default=5)
   parser.add_argument("--seed", type=int, default=0)
@@ -728,7 +831,7 @@ def main(argv: list[str]) -> None:
   report["multi_turn"] = multi_turn(model, reference, args, rng)
   if not args.quick:
     report["decode_breakdown"] = decode_breakdown(
-      model, max(batches), args.repeats
+      model, args.breakdown_batch or max(batches), args.repeats
     )
   report["decode_by_cache_length"] = decode_by_cache_length(
     model,

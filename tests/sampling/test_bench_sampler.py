@@ -1,5 +1,6 @@
 """Smoke run of the sampler benchmark script (slow: builds HF and JAX)."""
 
+import dataclasses
 import importlib.util
 import json
 import pathlib
@@ -50,3 +51,43 @@ def test_matmul_bound_counts_generate_flops_by_hand():
   assert bound["seconds_bound"] == pytest.approx(seconds)
   assert bound["tokens_per_s_bound"] == pytest.approx(3 / seconds)
   assert 0 < bound["peak_gflops_decode"] < 1e5
+  # Memory reads: the same call at its measured stream speed.
+  read_prefill, read_decode = module.generate_bytes(config, 1, 4, 3)
+  assert bound["read_gb"] * 1e9 == pytest.approx(read_prefill + read_decode)
+  gbps = bound["stream_read_gbps"]
+  assert gbps > 0
+  overlapped = max(
+    prefill / bound["peak_gflops_prefill"], read_prefill / gbps
+  ) + max(decode / bound["peak_gflops_decode"], read_decode / gbps)
+  assert bound["tokens_per_s_bound_with_reads"] == pytest.approx(
+    3 / (overlapped / 1e9)
+  )
+  serial = seconds + (read_prefill + read_decode) / gbps / 1e9
+  assert bound["tokens_per_s_bound_reads_not_overlapped"] == pytest.approx(
+    3 / serial
+  )
+  assert (
+    bound["tokens_per_s_bound_reads_not_overlapped"]
+    < bound["tokens_per_s_bound_with_reads"]
+    <= bound["tokens_per_s_bound"]
+  )
+
+
+def test_generate_bytes_counts_weights_and_kv_reads_by_hand():
+  spec = importlib.util.spec_from_file_location("bench_sampler", SCRIPT)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  config = module.models.get_preset(module.PRESET)
+  prefill, decode = module.generate_bytes(config, batch=2, prompt_len=4, new=3)
+  # 3,932,160 block weights + 262,144 unembedding, float32.
+  weights = 4 * (3_932_160 + 262_144)
+  assert prefill == weights
+  # k and v, 4 layers, 2 kv heads, head dim 64, float32: 4,096 B a
+  # position a row; steps 1 and 2 attend to 5 and 6 positions of 2 rows.
+  assert decode == 2 * weights + 4_096 * 2 * (5 + 6)
+  # bfloat16 weights halve the weight bytes; the float32 cache is the same.
+  bf16 = dataclasses.replace(config, param_dtype="bfloat16")
+  assert module.generate_bytes(bf16, 2, 4, 3) == (
+    weights // 2,
+    weights + 4_096 * 2 * (5 + 6),
+  )
