@@ -292,9 +292,9 @@ def stream_read_gbps(repeats: int, megabytes: int = 256) -> float:
 def generate_bytes(config, batch, prompt_len, new) -> tuple[int, int]:
   """(prefill, decode) bytes one `generate` call must read from memory.
 
-  Every weight once for the prefill and once per decode step (with the
-  qwen3-bench weights and a batch-32 KV cache they exceed the last-level
-  cache of the 2-core VMs, so nothing stays resident between steps), plus
+  Every weight once for the prefill and once per decode step (the
+  qwen3-bench weights and a batch-32 KV cache, 34 MB, exceed a 32 MB
+  last-level cache, so they do not stay resident between steps), plus
   the keys and values each decode step attends to: prompt_len + t
   positions at step t = 1 .. new - 1. Activations are left out.
   """
