@@ -242,3 +242,25 @@ def test_sampler_same_on_every_mesh(model, reference_episode, shape):
 def test_constrain_is_identity_without_mesh():
   x = jnp.ones((4, 3))
   assert shd.constrain(x, ("batch", "embed")) is x
+
+
+def test_sampler_with_kernels_out_first_on_a_mesh(model, reference_episode):
+  # The transposed kernels keep their logical axes (permuted with them), so
+  # the sampling rules still split heads and MLP over `tensor`.
+  mesh = shd.make_mesh((2, 2, 2))
+  sampler = Sampler(
+    model, num_slots=BATCH, max_len=32, mesh=mesh, kernels_out_first=True
+  )
+  flat = dict(nnx.to_flat_state(sampler.params))
+  q = flat[("layers", 0, "attn", "q_proj", "kernel")].get_value()
+  assert q.shape == (4, 8, 32)  # heads, head_dim, embed
+  assert q.sharding.spec == PartitionSpec("tensor", None, None)
+  down = flat[("layers", 0, "mlp", "down_proj", "kernel")].get_value()
+  assert down.shape == (32, 64)  # embed, mlp
+  assert down.sharding.spec == PartitionSpec(None, "tensor")
+  got = _episode(sampler)
+  for (tokens, logp), (ref_tokens, ref_logp) in zip(
+    got, reference_episode, strict=True
+  ):
+    np.testing.assert_array_equal(tokens, ref_tokens)
+    np.testing.assert_allclose(logp, ref_logp, atol=1e-5)

@@ -17,6 +17,7 @@ from agentic_rl.models.transformer import (
   KVCache,
   Transformer,
   init_cache,
+  with_kernels_out_first,
 )
 
 # Hugging Face loading (`agentic_rl.models.hf.load_pretrained`) is exported
@@ -49,6 +50,7 @@ __all__ = [
   "build_abstract",
   "get_preset",
   "init_cache",
+  "with_kernels_out_first",
 ]
 
 # Hugging Face loading and the environment tokenizer (imported last: hf.py

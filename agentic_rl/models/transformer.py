@@ -180,7 +180,9 @@ class Dense(nnx.Module):
   """Contracts the trailing `len(in_shape)` input dims with the kernel.
 
   kernel: in_shape + out_shape; bias (optional): out_shape. The init is
-  normal with std 1/sqrt(fan_in).
+  normal with std 1/sqrt(fan_in). `with_kernels_out_first` stores it as
+  out_shape + in_shape instead (`out_first`), the layout of a torch
+  `Linear.weight`; the result is the same.
   """
 
   def __init__(
@@ -194,6 +196,7 @@ class Dense(nnx.Module):
     rngs: nnx.Rngs,
   ):
     self.n_in = len(in_shape)
+    self.out_first = False
     self.dtype = config.compute_dtype
     std = 1.0 / math.sqrt(math.prod(in_shape))
     self.kernel = _param(
@@ -210,7 +213,15 @@ class Dense(nnx.Module):
 
   def __call__(self, x: jax.Array) -> jax.Array:
     kernel = self.kernel[...].astype(self.dtype)
-    y = jnp.tensordot(x.astype(self.dtype), kernel, axes=self.n_in)
+    if self.out_first:  # out_shape + in_shape: contract the kernel's tail
+      n_out = kernel.ndim - self.n_in
+      x_in = tuple(range(x.ndim - self.n_in, x.ndim))
+      k_in = tuple(range(n_out, kernel.ndim))
+      y = jax.lax.dot_general(
+        x.astype(self.dtype), kernel, ((x_in, k_in), ((), ()))
+      )
+    else:
+      y = jnp.tensordot(x.astype(self.dtype), kernel, axes=self.n_in)
     if self.bias is not None:
       y = y + self.bias[...].astype(self.dtype)
     return y
@@ -625,6 +636,8 @@ class Transformer(nnx.Module):
     function closing over the (tied or untied) weight array."""
     if self.lm_head is None:
       weight, pattern = self.embed.embedding[...], "...d,vd->...v"  # [V, D]
+    elif self.lm_head.out_first:  # `with_kernels_out_first`: [V, D]
+      weight, pattern = self.lm_head.kernel[...], "...d,vd->...v"
     else:
       weight, pattern = self.lm_head.kernel[...], "...d,dv->...v"  # [D, V]
 
@@ -757,6 +770,37 @@ def scan_blocks(
     return nnx.merge(graphdef, state)(x_BxLxD, positions_BxL), None
 
   return jax.lax.scan(body, x_BxLxD, stacked)[0]
+
+
+def with_kernels_out_first(model: Transformer) -> Transformer:
+  """A copy of `model` whose Dense kernels are stored out-dims first.
+
+  Each kernel in_shape + out_shape becomes out_shape + in_shape (a new
+  array; the logical axes are permuted alike, so sharding rules still
+  apply) and its `Dense` contracts the kernel's trailing dims. Outputs are
+  the same; only the memory layout the products read changes. On a 2-core
+  Zen 3 VM the sampler's decode step ran 9-16% faster this way (XLA:CPU's
+  small-row products read the weights faster) and the prefill about the
+  same: a batch-32 turn 1.09-1.14x, the multi-turn cache path 0.97-1.05x
+  (experiments/benchmarks, sixteenth session). `Sampler(...,
+  kernels_out_first=True)` uses it. `model` itself is not changed.
+  """
+  graphdef, state = nnx.split(model)
+  copy = nnx.merge(graphdef, state)  # new modules, the same arrays
+  for _, module in nnx.iter_graph(copy):
+    if not isinstance(module, Dense) or module.out_first:
+      continue
+    kernel = module.kernel
+    order = (*range(module.n_in, kernel.ndim), *range(module.n_in))
+    metadata = kernel.get_metadata()
+    axes = metadata.get("out_sharding")
+    module.kernel = nnx.Param(
+      jnp.transpose(kernel[...], order),
+      out_sharding=None if axes is None else tuple(axes[i] for i in order),
+      eager_sharding=metadata.get("eager_sharding", False),
+    )
+    module.out_first = True
+  return copy
 
 
 def default_positions(tokens_BxL: jax.Array) -> jax.Array:

@@ -204,6 +204,7 @@ def setup(config, workdir: str) -> Run:
     num_slots=config.sampler.num_slots,
     max_len=config.sampler.max_len,
     num_samplers=config.sampler.num_samplers,
+    kernels_out_first=config.sampler.get("kernels_out_first", False),
   )
   rollout = Rollout(
     samplers,
@@ -345,6 +346,9 @@ def _field(config_dict: dict[str, Any], dotted: str) -> Any:
     return {
       k: v for k, v in config_dict.items() if k not in ("remat", "logits_chunk")
     }
+  if dotted == "sampler" and config_dict:
+    # The samplers' weight layout changes speed, not what they sample.
+    return {k: v for k, v in config_dict.items() if k != "kernels_out_first"}
   return config_dict
 
 
@@ -554,6 +558,7 @@ def distill_data(run: Run, source: str):
     num_slots=run.config.sampler.num_slots,
     max_len=run.config.sampler.max_len,
     num_samplers=run.config.sampler.num_samplers,
+    kernels_out_first=run.config.sampler.get("kernels_out_first", False),
   )
   player, tasks, key = _offline_play(run, samplers, cfg, _TEACHER_STREAM)
   kept, _, stats = rejection_sample(

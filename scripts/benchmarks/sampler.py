@@ -46,6 +46,13 @@ greedy with no stop ids, so every row emits exactly its budget.
   machine's measured stream speed, overlapped perfectly with the products
   (per phase, the slower of the two) and not overlapped (their sum).
 
+`--layout_ab` adds a kernel-layout A/B (`layout_ab`): a batch-32 single
+turn and the multi-turn cache path with Dense kernels stored in-dims first
+(the model's layout) and out-dims first, in turns, paired ratios.
+`--kernels_out_first` builds every other sampler here with
+`Sampler(kernels_out_first=True)` (Dense kernels stored out-dims first);
+the breakdown's forward and matmul-floor loops keep the model's layout.
+
 On an accelerator (`--hf_device=cuda`; JAX then runs on its default
 backend, the GPU), `generate` runs on the same device, both sides do full
 float32 products (no TF32: JAX's matmul precision is set to "highest"),
@@ -80,6 +87,9 @@ DEFAULT_OUT = ROOT / "experiments" / "benchmarks" / "sampler.json"
 PRESET = "qwen3-bench"
 # Where `generate` and the torch side of the roofline run (`--hf_device`).
 HF_DEVICE = torch.device("cpu")
+# Extra `Sampler` arguments for every sampler built here
+# (`--kernels_out_first`).
+SAMPLER_OPTIONS: dict = {}
 
 
 def sync_torch() -> None:
@@ -156,6 +166,7 @@ def single_turn(model, reference, batch, prompt_len, new, repeats, rng):
     max_len=prompt_len + new,
     chunk_buckets=(prompt_len,),
     budget_buckets=(new,),
+    **SAMPLER_OPTIONS,
   )
   rows = list(range(batch))
 
@@ -214,6 +225,7 @@ def two_samplers(model, prompts_BxL, new, repeats):
       max_len=p.shape[1] + new,
       chunk_buckets=(p.shape[1],),
       budget_buckets=(new,),
+      **SAMPLER_OPTIONS,
     )
     for p in parts
   ]
@@ -376,7 +388,13 @@ def multi_turn(model, reference, args, rng):
   rows = list(range(b))
 
   def make():
-    return Sampler(model, num_slots=b, max_len=max_len, budget_buckets=(gen,))
+    return Sampler(
+      model,
+      num_slots=b,
+      max_len=max_len,
+      budget_buckets=(gen,),
+      **SAMPLER_OPTIONS,
+    )
 
   cached_sampler, reprefill_sampler = make(), make()
 
@@ -462,6 +480,79 @@ def multi_turn(model, reference, args, rng):
   }
 
 
+def layout_ab(model, args, rng, rounds: int = 8) -> dict:
+  """Kernel layouts A/B: `Sampler(kernels_out_first=False / True)`.
+
+  Two workloads, each run in both layouts round after round (so a drift
+  in the machine's speed hits both alike): a batch-32 single turn (prefill
+  64 tokens, decode 64) and the multi-turn cache path (8 rows, 5 turns of
+  16 generated + 32 observation tokens). Reports each layout's best
+  seconds, the median over rounds of in-first / out-first seconds (> 1:
+  out-first faster), and whether both layouts emitted the same tokens.
+  """
+  vocab = model.config.vocab_size
+  prompts32 = rng.integers(0, vocab, (32, 64)).tolist()
+  b, turns = args.trajectories, args.turns
+  prompts = rng.integers(0, vocab, (b, 64)).tolist()
+  observations = rng.integers(0, vocab, (turns, b, 32)).tolist()
+  max_len = -(-(64 + turns * 48) // 64) * 64
+
+  def single(sampler):
+    sampler.prefill(list(range(32)), prompts32)
+    return np.stack(sampler.decode(jax.random.key(0), budget=64).tokens)
+
+  def multi(sampler):
+    sampler.prefill(list(range(b)), prompts)
+    out = []
+    for t in range(turns):
+      out.append(np.stack(sampler.decode(jax.random.key(t), budget=16).tokens))
+      sampler.extend(list(range(b)), observations[t])
+    return np.concatenate(out, axis=1)
+
+  workloads = {
+    "single_turn_batch32": (
+      single,
+      lambda first: Sampler(
+        model,
+        num_slots=32,
+        max_len=128,
+        chunk_buckets=(64,),
+        budget_buckets=(64,),
+        kernels_out_first=first,
+      ),
+    ),
+    "multi_turn_cache": (
+      multi,
+      lambda first: Sampler(
+        model,
+        num_slots=b,
+        max_len=max_len,
+        budget_buckets=(16,),
+        kernels_out_first=first,
+      ),
+    ),
+  }
+  report = {}
+  for name, (fn, make) in workloads.items():
+    samplers = {first: make(first) for first in (False, True)}
+    tokens = {first: fn(s) for first, s in samplers.items()}  # compiles
+    seconds = {False: [], True: []}
+    for _ in range(rounds):
+      for first, sampler in samplers.items():
+        start = time.perf_counter()
+        tokens[first] = fn(sampler)
+        seconds[first].append(time.perf_counter() - start)
+    report[name] = {
+      "in_first_seconds": min(seconds[False]),
+      "out_first_seconds": min(seconds[True]),
+      "paired_median_speedup": float(
+        np.median(np.asarray(seconds[False]) / np.asarray(seconds[True]))
+      ),
+      "same_tokens": bool(np.array_equal(tokens[False], tokens[True])),
+    }
+  return report
+
+
 def _per_step_ms(fn, args, steps: int, repeats: int) -> float:
   jax.block_until_ready(fn(*args))
   best = float("inf")
@@ -543,7 +634,11 @@ def decode_breakdown(model, batch: int, repeats: int, steps: int = 64):
   flop_per_step = 2 * batch * (weights + d * config.vocab_size)
 
   sampler = Sampler(
-    model, num_slots=batch, max_len=max_len, budget_buckets=(steps,)
+    model,
+    num_slots=batch,
+    max_len=max_len,
+    budget_buckets=(steps,),
+    **SAMPLER_OPTIONS,
   )
   prompts = np.zeros((batch, max_len - steps), np.int64).tolist()
   rows = list(range(batch))
@@ -611,7 +706,11 @@ def decode_by_cache_length(
   out = []
   for max_len in lengths:
     sampler = Sampler(
-      model, num_slots=batch, max_len=max_len, budget_buckets=(4, 36)
+      model,
+      num_slots=batch,
+      max_len=max_len,
+      budget_buckets=(4, 36),
+      **SAMPLER_OPTIONS,
     )
     short, long = seconds(sampler, 4), seconds(sampler, 36)
     out.append(
@@ -744,6 +843,20 @@ def print_tables(report: dict) -> None:
     f"cache vs HF: {m['cache_vs_hf_speedup']:.2f}x, "
     f"cache == re-prefill tokens: {m['cache_equals_reprefill_tokens']}"
   )
+  ab = report.get("layout_ab")
+  if ab:
+    print("\nKernel layouts, in turns: in-first (default) vs out-first")
+    header = (
+      f"{'workload':>20} {'in-first s':>10} {'out-first s':>11} "
+      f"{'paired speedup':>14} {'same tokens':>11}"
+    )
+    print_header(header)
+    for name, r in ab.items():
+      print(
+        f"{name:>20} {r['in_first_seconds']:>10.3f} "
+        f"{r['out_first_seconds']:>11.3f} "
+        f"{r['paired_median_speedup']:>13.2f}x {r['same_tokens']!s:>11}"
+      )
   kv = report["kv_cache"]
   print(
     f"\nKV cache per slot (max_len {kv['max_len']}): {kv['measured_bytes']} "
@@ -766,6 +879,17 @@ def main(argv: list[str]) -> None:
     default=0,
     help="batch of the decode-step breakdown (default: the largest batch)",
   )
+  parser.add_argument(
+    "--kernels_out_first",
+    action="store_true",
+    help="samplers hold Dense kernels out-dims first "
+    "(Sampler(kernels_out_first=True))",
+  )
+  parser.add_argument(
+    "--layout_ab",
+    action="store_true",
+    help="also time both kernel layouts in turns (`layout_ab`)",
+  )
   parser.add_argument("--trajectories", type=int, default=8)
   parser.add_argument("--turns", type=int, default=5)
   parser.add_argument("--seed", type=int, default=0)
@@ -780,6 +904,7 @@ def main(argv: list[str]) -> None:
   args = parser.parse_args(argv)
   global HF_DEVICE
   HF_DEVICE = torch.device(args.hf_device)
+  SAMPLER_OPTIONS["kernels_out_first"] = args.kernels_out_first
   if HF_DEVICE.type != "cpu":
     if jax.default_backend() == "cpu":
       raise SystemExit(
@@ -823,6 +948,7 @@ def main(argv: list[str]) -> None:
       "transformers": transformers.__version__,
     },
     "command": "python scripts/bench.py sampler " + " ".join(argv),
+    "sampler_options": dict(SAMPLER_OPTIONS),
     "logit_max_abs_diff": logit_parity(model, reference, rng),
   }
   report["single_turn"] = [
@@ -839,6 +965,8 @@ def main(argv: list[str]) -> None:
     repeats=args.repeats,
     lengths=(128, 320) if args.quick else (128, 320, 1024),
   )
+  if args.layout_ab:
+    report["layout_ab"] = layout_ab(model, args, rng)
   last = report["single_turn"][-1]
   report["kv_cache"] = {
     "max_len": 128,

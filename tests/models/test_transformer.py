@@ -309,6 +309,46 @@ def test_parameter_axes_metadata():
   assert axes[("lm_head", "kernel")] == ("embed", "vocab")
 
 
+def test_kernels_out_first_same_logits_transposed_weights():
+  model = models.build(
+    small_config(qk_norm=True, attn_bias=True, tie_embeddings=False), 0
+  )
+  # Non-zero biases, so a bias added on the wrong axis would show.
+  bias = model.layers[0].attn.q_proj.bias
+  bias[...] = jax.random.normal(jax.random.key(3), bias.shape)
+  transposed = models.with_kernels_out_first(model)
+  tokens_BxL = jax.random.randint(jax.random.key(1), (2, 12), 0, 97)
+  np.testing.assert_allclose(
+    forward(transposed, tokens_BxL),
+    forward(model, tokens_BxL),
+    atol=1e-5,
+    rtol=1e-5,
+  )
+  axes = lambda m: {  # noqa: E731
+    path: (var.get_value().shape, var.get_metadata()["out_sharding"])
+    for path, var in nnx.to_flat_state(nnx.state(m))
+  }
+  before, after = axes(model), axes(transposed)
+  q = ("layers", 0, "attn", "q_proj", "kernel")
+  assert before[q] == ((32, 4, 8), ("embed", "heads", "head_dim"))
+  assert after[q] == ((4, 8, 32), ("heads", "head_dim", "embed"))
+  o = ("layers", 1, "attn", "o_proj", "kernel")
+  assert after[o] == ((32, 4, 8), ("embed", "heads", "head_dim"))
+  np.testing.assert_array_equal(
+    transposed.layers[1].attn.o_proj.kernel[...],
+    np.transpose(model.layers[1].attn.o_proj.kernel[...], (2, 0, 1)),
+  )
+  assert after[("lm_head", "kernel")][1] == ("vocab", "embed")
+  # Biases, norms and the embedding are not kernels: unchanged.
+  for path in before:
+    if path[-1] != "kernel":
+      assert after[path] == before[path]
+  # The model itself is untouched, and a second pass changes nothing.
+  assert not model.layers[0].attn.q_proj.out_first
+  again = models.with_kernels_out_first(transposed)
+  assert axes(again) == after
+
+
 def _loss_and_grads(graphdef, state, tokens_BxL, probe_BxLxV):
   def loss(state):
     return jnp.sum(probe_BxLxV * nnx.merge(graphdef, state)(tokens_BxL))

@@ -21,7 +21,7 @@ def test_quick_benchmark_writes_json(tmp_path):
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   out = tmp_path / "sampler.json"
-  module.main(["--quick", "--out", str(out)])
+  module.main(["--quick", "--layout_ab", "--out", str(out)])
   report = json.loads(out.read_text())
   assert report["kv_cache"]["equal"]
   assert report["logit_max_abs_diff"] < 1e-4
@@ -31,6 +31,12 @@ def test_quick_benchmark_writes_json(tmp_path):
   assert [r["cache_len"] for r in by_length] == [128, 320]
   assert [r["cache_blocks"] for r in by_length] == [1, 3]  # 128+128+64
   assert all(r["step_ms"] > 0 for r in by_length)
+  # Both kernel layouts emit the same tokens in both workloads.
+  ab = report["layout_ab"]
+  assert set(ab) == {"single_turn_batch32", "multi_turn_cache"}
+  assert all(
+    r["same_tokens"] and r["out_first_seconds"] > 0 for r in ab.values()
+  )
 
 
 def test_matmul_bound_counts_generate_flops_by_hand():

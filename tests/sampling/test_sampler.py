@@ -32,7 +32,7 @@ def model():
   return models.build(CONFIG, 0)
 
 
-def make_sampler(model, max_len=MAX_LEN, cache_block=16):
+def make_sampler(model, max_len=MAX_LEN, cache_block=16, **kw):
   return Sampler(
     model,
     num_slots=SLOTS,
@@ -43,6 +43,7 @@ def make_sampler(model, max_len=MAX_LEN, cache_block=16):
     span_buckets=(16, 32, 64),
     max_stop_ids=4,
     cache_block=cache_block,
+    **kw,
   )
 
 
@@ -106,14 +107,25 @@ def run_episode(sampler, rng, key, temperature, stop_ids=()):
 
 
 @pytest.mark.parametrize(
-  "temperature, cache_block", [(0.0, 16), (1.0, 16), (1.0, 64), (1.0, 24)]
+  "temperature, cache_block, kernels_out_first",
+  [
+    (0.0, 16, False),
+    (1.0, 16, False),
+    (1.0, 64, False),
+    (1.0, 24, False),
+    (1.0, 16, True),
+  ],
 )
 def test_multi_turn_logprobs_match_teacher_forcing(
-  model, temperature, cache_block
+  model, temperature, cache_block, kernels_out_first
 ):
   # cache blocks of 16, 16, 32 (the spans read 1, 2 or 3 of them), one
-  # block, and 24, 24, 16, where spans end inside a block.
-  sampler = make_sampler(model, cache_block=cache_block)
+  # block, and 24, 24, 16, where spans end inside a block. With
+  # kernels_out_first the sampler holds transposed weights; the teacher is
+  # still the model as trained.
+  sampler = make_sampler(
+    model, cache_block=cache_block, kernels_out_first=kernels_out_first
+  )
   seqs, segments = run_episode(
     sampler, np.random.default_rng(0), jax.random.key(7), temperature
   )
@@ -308,3 +320,10 @@ def test_update_params_switches_policy(model):
   np.testing.assert_array_equal(got.tokens[0], expected.tokens[0])
   with pytest.raises(ValueError, match="structure differs"):
     sampler.update_params(models.build(CONFIG.replace(n_layers=1), 0))
+  # A sampler holding transposed kernels transposes the new weights too.
+  transposed = make_sampler(model, kernels_out_first=True)
+  transposed.update_params(other)
+  transposed.prefill([0], [[1, 2, 3]])
+  got = transposed.decode(jax.random.key(0), budget=8, rows=[0])
+  np.testing.assert_array_equal(got.tokens[0], expected.tokens[0])
+  np.testing.assert_allclose(got.logprobs[0], expected.logprobs[0], atol=1e-5)

@@ -166,8 +166,9 @@ def test_warm_start_may_change_the_rl_optimizer_and_remat(sft_stage, tmp_path):
   """Its handed-over state is fresh moments: an RL learning-rate ablation
   shares the SFT stage, and its first update uses its own rate. Remat and
   logits chunks (`config.model.remat`, `.logits_chunk`) leave the
-  parameters as they are, so an RL run with them starts from a stage
-  trained without them."""
+  parameters as they are, and transposed sampler weights
+  (`config.sampler.kernels_out_first`) what is sampled, so an RL run with
+  them starts from a stage run without them."""
   source, _ = sft_stage
   config = _config(1)
   config.init_from = str(source)
@@ -175,6 +176,7 @@ def test_warm_start_may_change_the_rl_optimizer_and_remat(sft_stage, tmp_path):
   config.rl.optimizer.warmup_steps = 0
   config.model.remat = "full"
   config.model.logits_chunk = 16
+  config.sampler.kernels_out_first = True
   summary = loop.train(config, str(tmp_path))
   assert summary["rl_steps"] == 1
   (row,) = _rl_rows(tmp_path).values()
@@ -185,6 +187,11 @@ def test_warm_start_may_change_the_rl_optimizer_and_remat(sft_stage, tmp_path):
   bad.model.preset = "nano"  # other fields of config.model still count
   with pytest.raises(loop.WarmStartError, match="config.model differs"):
     loop.setup(bad, str(tmp_path / "bad"))
+  bad = _config(1)
+  bad.init_from = str(source)
+  bad.sampler.max_len += 64  # other fields of config.sampler still count
+  with pytest.raises(loop.WarmStartError, match="config.sampler differs"):
+    loop.setup(bad, str(tmp_path / "bad_sampler"))
 
 
 def test_ppo_critic_trains_checkpoints_and_resumes_exactly(sft_stage, tmp_path):
