@@ -183,12 +183,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   if smoke:
     c.tasks = {"difficulties": (0,), "train_counts": (16,), "eval_counts": (4,)}
-    c.sampler = {
-      "num_slots": 8,
-      "max_len": 512,
-      "num_samplers": 2,
-      "kernels_out_first": False,
-    }
+    c.sampler.num_slots = 8
+    c.sampler.max_len = 512
     c.rollout.group_size = 2
     c.rollout.max_turns = 3
     c.rollout.max_total_tokens = 512

@@ -213,15 +213,13 @@ class Dense(nnx.Module):
 
   def __call__(self, x: jax.Array) -> jax.Array:
     kernel = self.kernel[...].astype(self.dtype)
-    if self.out_first:  # out_shape + in_shape: contract the kernel's tail
-      n_out = kernel.ndim - self.n_in
-      x_in = tuple(range(x.ndim - self.n_in, x.ndim))
-      k_in = tuple(range(n_out, kernel.ndim))
-      y = jax.lax.dot_general(
-        x.astype(self.dtype), kernel, ((x_in, k_in), ((), ()))
+    axes = self.n_in  # x's trailing dims with the kernel's leading ones
+    if self.out_first:  # out_shape + in_shape: with the kernel's trailing
+      axes = (
+        tuple(range(x.ndim - self.n_in, x.ndim)),
+        tuple(range(kernel.ndim - self.n_in, kernel.ndim)),
       )
-    else:
-      y = jnp.tensordot(x.astype(self.dtype), kernel, axes=self.n_in)
+    y = jnp.tensordot(x.astype(self.dtype), kernel, axes=axes)
     if self.bias is not None:
       y = y + self.bias[...].astype(self.dtype)
     return y

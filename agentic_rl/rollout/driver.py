@@ -70,7 +70,9 @@ def env_factory_from_options(
 def make_samplers(
   model: Any, *, num_slots: int, max_len: int, num_samplers: int = 2, **kw
 ) -> list[Sampler]:
-  """`num_samplers` samplers of `num_slots // num_samplers` slots each.
+  """`num_samplers` samplers of `num_slots // num_samplers` slots each;
+  `kw` goes to every `Sampler` (the config's `sampler` section maps onto
+  these arguments).
 
   One sampler per micro-batch means a decode computes only that
   micro-batch's rows (a decode on a subset of one sampler's rows still runs

@@ -199,13 +199,7 @@ def setup(config, workdir: str) -> Run:
   train_pool = pool.split("train")
   task_sampler = train_pool.sampler(config.seed)
   stack = rewards.from_config(config.rewards)
-  samplers = make_samplers(
-    state.model.merge(),
-    num_slots=config.sampler.num_slots,
-    max_len=config.sampler.max_len,
-    num_samplers=config.sampler.num_samplers,
-    kernels_out_first=config.sampler.get("kernels_out_first", False),
-  )
+  samplers = make_samplers(state.model.merge(), **config.sampler.to_dict())
   rollout = Rollout(
     samplers,
     tokenizer,
@@ -554,11 +548,7 @@ def distill_data(run: Run, source: str):
       f"plays {run.config.env.name!r}"
     )
   samplers = make_samplers(
-    teacher.model.merge(),
-    num_slots=run.config.sampler.num_slots,
-    max_len=run.config.sampler.max_len,
-    num_samplers=run.config.sampler.num_samplers,
-    kernels_out_first=run.config.sampler.get("kernels_out_first", False),
+    teacher.model.merge(), **run.config.sampler.to_dict()
   )
   player, tasks, key = _offline_play(run, samplers, cfg, _TEACHER_STREAM)
   kept, _, stats = rejection_sample(

@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import functools
 import json
 import os
 import pathlib
@@ -278,11 +279,24 @@ def matmul_peak_gflops(rows: int, d_in: int, d_out: int, repeats: int):
   return 2 * rows * d_in * d_out * chain / seconds / 1e9
 
 
+def weight_counts(config) -> tuple[int, int]:
+  """(block weights a token multiplies by, unembedding weights)."""
+  c = config
+  per_token = c.n_layers * (
+    2 * c.d_model * c.n_heads * c.head_dim
+    + 2 * c.d_model * c.n_kv_heads * c.head_dim
+    + 3 * c.d_model * c.mlp_dim
+  )
+  return per_token, c.d_model * c.vocab_size
+
+
+@functools.cache
 def stream_read_gbps(repeats: int, megabytes: int = 256) -> float:
   """Best GB/s of summing a float32 array far larger than any cache.
 
   torch (its thread pool) and XLA, the faster: how fast this machine
-  streams bytes from memory, every core used.
+  streams bytes from memory, every core used. Measured once a process
+  (it does not depend on the model or the batch).
   """
   n = megabytes * 2**20 // 4
   tx = torch.ones(n, device=HF_DEVICE)
@@ -310,18 +324,8 @@ def generate_bytes(config, batch, prompt_len, new) -> tuple[int, int]:
   the keys and values each decode step attends to: prompt_len + t
   positions at step t = 1 .. new - 1. Activations are left out.
   """
-  c = config
-  item = jnp.dtype(c.weight_dtype).itemsize
-  weights = item * (
-    c.n_layers
-    * (
-      2 * c.d_model * c.n_heads * c.head_dim
-      + 2 * c.d_model * c.n_kv_heads * c.head_dim
-      + 3 * c.d_model * c.mlp_dim
-    )
-    + c.d_model * c.vocab_size
-  )
-  kv_per_position = c.kv_cache_bytes_per_slot(1) * batch
+  weights = config.weight_dtype.itemsize * sum(weight_counts(config))
+  kv_per_position = config.kv_cache_bytes_per_slot(1) * batch
   positions = sum(prompt_len + t for t in range(1, new))
   return weights, (new - 1) * weights + kv_per_position * positions
 
@@ -339,27 +343,22 @@ def matmul_bound(config, batch, prompt_len, new, repeats):
   built on these matmul libraries, HF's or this sampler, can beat it.
   """
   c = config
-  per_token = c.n_layers * (
-    2 * c.d_model * c.n_heads * c.head_dim
-    + 2 * c.d_model * c.n_kv_heads * c.head_dim
-    + 3 * c.d_model * c.mlp_dim
-  )
-  unembed = c.d_model * c.vocab_size
+  per_token, unembed = weight_counts(config)
   prefill = 2 * (batch * prompt_len * per_token + batch * unembed)
   decode = 2 * batch * (new - 1) * (per_token + unembed)
   peak_prefill = matmul_peak_gflops(
     batch * prompt_len, c.d_model, c.mlp_dim, repeats
   )
   peak_decode = matmul_peak_gflops(batch, c.d_model, c.mlp_dim, repeats)
-  seconds = prefill / peak_prefill / 1e9 + decode / peak_decode / 1e9
+  compute_prefill = prefill / peak_prefill / 1e9
+  compute_decode = decode / peak_decode / 1e9
+  seconds = compute_prefill + compute_decode
   # Memory: the bytes each phase must read at the machine's stream speed.
   # Reading overlapped perfectly with the products gives the larger of the
   # two times per phase; not overlapped at all, their sum.
   read_prefill, read_decode = generate_bytes(config, batch, prompt_len, new)
   gbps = stream_read_gbps(repeats)
   mem_prefill, mem_decode = read_prefill / gbps / 1e9, read_decode / gbps / 1e9
-  compute_prefill = prefill / peak_prefill / 1e9
-  compute_decode = decode / peak_decode / 1e9
   overlapped = max(compute_prefill, mem_prefill) + max(
     compute_decode, mem_decode
   )
@@ -375,6 +374,20 @@ def matmul_bound(config, batch, prompt_len, new, repeats):
     "tokens_per_s_bound_with_reads": batch * new / overlapped,
     "tokens_per_s_bound_reads_not_overlapped": batch * new / serial,
   }
+
+
+def cached_turns(sampler, prompts_BxP, observations_TxBxO, gen: int):
+  """The multi-turn cache path: prefill, then per turn decode `gen` greedy
+  tokens and extend every row by that turn's observation. Returns the
+  conversations [B, P + T * (gen + O)]."""
+  rows = list(range(len(prompts_BxP)))
+  sampler.prefill(rows, prompts_BxP.tolist())
+  convo = prompts_BxP
+  for t, obs_BxO in enumerate(observations_TxBxO):
+    out = np.stack(sampler.decode(jax.random.key(t), budget=gen).tokens)
+    sampler.extend(rows, obs_BxO.tolist())
+    convo = np.concatenate([convo, out, obs_BxO], axis=1)
+  return convo
 
 
 def multi_turn(model, reference, args, rng):
@@ -399,14 +412,7 @@ def multi_turn(model, reference, args, rng):
   cached_sampler, reprefill_sampler = make(), make()
 
   def with_cache():
-    sampler = cached_sampler
-    sampler.prefill(rows, prompts.tolist())
-    convo = prompts.copy()
-    for t in range(turns):
-      out = np.stack(sampler.decode(jax.random.key(t), budget=gen).tokens)
-      sampler.extend(rows, observations[t].tolist())
-      convo = np.concatenate([convo, out, observations[t]], axis=1)
-    return convo
+    return cached_turns(cached_sampler, prompts, observations, gen)
 
   def re_prefill():
     sampler = reprefill_sampler
@@ -493,8 +499,8 @@ def layout_ab(model, args, rng, rounds: int = 8) -> dict:
   vocab = model.config.vocab_size
   prompts32 = rng.integers(0, vocab, (32, 64)).tolist()
   b, turns = args.trajectories, args.turns
-  prompts = rng.integers(0, vocab, (b, 64)).tolist()
-  observations = rng.integers(0, vocab, (turns, b, 32)).tolist()
+  prompts = rng.integers(0, vocab, (b, 64))
+  observations = rng.integers(0, vocab, (turns, b, 32))
   max_len = -(-(64 + turns * 48) // 64) * 64
 
   def single(sampler):
@@ -502,12 +508,7 @@ def layout_ab(model, args, rng, rounds: int = 8) -> dict:
     return np.stack(sampler.decode(jax.random.key(0), budget=64).tokens)
 
   def multi(sampler):
-    sampler.prefill(list(range(b)), prompts)
-    out = []
-    for t in range(turns):
-      out.append(np.stack(sampler.decode(jax.random.key(t), budget=16).tokens))
-      sampler.extend(list(range(b)), observations[t])
-    return np.concatenate(out, axis=1)
+    return cached_turns(sampler, prompts, observations, 16)
 
   workloads = {
     "single_turn_batch32": (
@@ -626,12 +627,8 @@ def decode_breakdown(model, batch: int, repeats: int, steps: int = 64):
   lengths_B = jnp.full((batch,), max_len - steps, jnp.int32)
   forward = jax.jit(forward_loop, static_argnums=3)
   floor = jax.jit(matmul_floor, static_argnums=2)
-  d, h, kv, dh, f = (
-    config.d_model, config.n_heads, config.n_kv_heads, config.head_dim,
-    config.mlp_dim,
-  )  # fmt: skip
-  weights = config.n_layers * (2 * d * h * dh + 2 * d * kv * dh + 3 * d * f)
-  flop_per_step = 2 * batch * (weights + d * config.vocab_size)
+  d = config.d_model
+  flop_per_step = 2 * batch * sum(weight_counts(config))
 
   sampler = Sampler(
     model,
