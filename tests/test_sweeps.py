@@ -609,8 +609,9 @@ def test_ci_sweep_and_report_end_to_end(tmp_path):
 
 @pytest.mark.slow
 def test_smoke_sweep_and_report_end_to_end(tmp_path):
-  # The real smoke sweep (8 smoke runs + the 8-device mesh check, minutes
-  # on 2 cores), run twice to see the second pass skip, then the report.
+  # The real smoke sweep (8 smoke runs from 4 shared SFT stages, one per env
+  # and seed, + the 8-device mesh check: minutes on 2 cores), run twice to
+  # see the second pass skip, then the report.
   root, out = tmp_path / "ca_smoke", tmp_path / "report"
   argv = [
     sys.executable,
@@ -624,7 +625,7 @@ def test_smoke_sweep_and_report_end_to_end(tmp_path):
   again = subprocess.run(
     argv, cwd=REPO, check=True, env=env, capture_output=True, text=True
   )
-  assert "9 already finished, 0 to run" in again.stdout
+  assert "13 runs, 13 already finished, 0 to run" in again.stdout
   subprocess.run(
     [
       sys.executable,
