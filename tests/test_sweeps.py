@@ -562,6 +562,7 @@ def test_ci_sweep_and_report_end_to_end(tmp_path):
     for k, v in os.environ.items()
     if k not in ("XLA_FLAGS", "JAX_COMPILATION_CACHE_DIR")
   }
+  env["XLA_FLAGS"] = "--xla_backend_optimization_level=0"  # as conftest's
   subprocess.run(
     [
       sys.executable,
