@@ -167,7 +167,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.sweep.seeds = (0,)
     c.sweep.overrides = {"rl": {"steps": 1}}
     # As in the test process (tests/conftest.py): LLVM opt level 0 compiles
-    # the same HLO about a third faster, and the check is mostly compiles.
+    # the same HLO faster, and the check is mostly compiles (this sweep
+    # took 79 s instead of 95 on 2 cores).
     (check,) = c.sweep.checks
     check["env_vars"] = {"XLA_FLAGS": f"{_DEVICES_8} {_FAST_COMPILE}"}
     c.sweep.checks = (check,)
