@@ -779,8 +779,9 @@ def with_kernels_out_first(model: Transformer) -> Transformer:
   the same; only the memory layout the products read changes. On a 2-core
   Zen 3 VM the sampler's decode step ran 9-16% faster this way (XLA:CPU's
   small-row products read the weights faster) and the prefill about the
-  same: a batch-32 turn 1.09-1.14x, the multi-turn cache path 0.97-1.05x
-  (experiments/benchmarks, sixteenth session). `Sampler(...,
+  same: a batch-32 turn 1.09-1.14x, the multi-turn cache path 0.97-1.05x;
+  on an Intel VM both were slower, 0.91x and 0.85x (experiments/
+  benchmarks, sixteenth and seventeenth sessions). `Sampler(...,
   kernels_out_first=True)` uses it. `model` itself is not changed.
   """
   graphdef, state = nnx.split(model)

@@ -111,8 +111,8 @@ class Sampler:
     max_stop_ids: width of the per-row stop-id table.
     kernels_out_first: hold the weights with every Dense kernel stored
       out-dims first (`models.with_kernels_out_first`, a transposed copy
-      made here and on each `update_params`): the same outputs, and on
-      some CPUs a faster decode step. Off by default.
+      made here and on each `update_params`): the same outputs, a faster
+      decode step on some CPUs and a slower one on others. Off by default.
     mesh, rules: optional sharding (see `agentic_rl.sharding`).
   """
 

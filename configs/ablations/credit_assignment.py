@@ -118,7 +118,7 @@ _DEVICES_8 = "--xla_force_host_platform_device_count=8"
 _FAST_COMPILE = "--xla_backend_optimization_level=0"
 
 
-def _sharded_check() -> dict:
+def _sharded_check(xla_flags: str = _DEVICES_8) -> dict:
   # The mesh path on one host: 8 simulated CPU devices as (data, fsdp,
   # tensor) = (2, 2, 2). Not compared; the report checks its metrics are
   # finite. A minibatch is split over data x fsdp = 4 devices, so it needs
@@ -129,7 +129,7 @@ def _sharded_check() -> dict:
     "estimator": "gigpo",
     "seed": 0,
     "overrides": {"mesh": {"shape": (2, 2, 2)}, "rl": {"minibatch_size": 4}},
-    "env_vars": {"XLA_FLAGS": _DEVICES_8},
+    "env_vars": {"XLA_FLAGS": xla_flags},
   }
 
 
@@ -169,7 +169,5 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # As in the test process (tests/conftest.py): LLVM opt level 0 compiles
     # the same HLO faster, and the check is mostly compiles (this sweep
     # took 79 s instead of 95 on 2 cores).
-    (check,) = c.sweep.checks
-    check["env_vars"] = {"XLA_FLAGS": f"{_DEVICES_8} {_FAST_COMPILE}"}
-    c.sweep.checks = (check,)
+    c.sweep.checks = (_sharded_check(f"{_DEVICES_8} {_FAST_COMPILE}"),)
   return c

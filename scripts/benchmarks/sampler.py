@@ -390,14 +390,27 @@ def cached_turns(sampler, prompts_BxP, observations_TxBxO, gen: int):
   return convo
 
 
+# The multi-turn agent workload: tokens of the prompt, generated per turn
+# and appended as the observation per turn.
+MULTI_PROMPT, MULTI_GEN, MULTI_OBS = 64, 16, 32
+
+
+def multi_turn_inputs(args, rng, vocab: int):
+  """(prompts [B, P], observations [T, B, O], cache max_len) of the
+  multi-turn workload, the cache rounded up to a multiple of 64."""
+  b, turns = args.trajectories, args.turns
+  prompts = rng.integers(0, vocab, (b, MULTI_PROMPT))
+  observations = rng.integers(0, vocab, (turns, b, MULTI_OBS))
+  total = MULTI_PROMPT + turns * (MULTI_GEN + MULTI_OBS)
+  return prompts, observations, -(-total // 64) * 64
+
+
 def multi_turn(model, reference, args, rng):
-  b, turns, gen, obs_len = args.trajectories, args.turns, 16, 32
-  prompt_len = 64
-  vocab = model.config.vocab_size
-  prompts = rng.integers(0, vocab, (b, prompt_len))
-  observations = rng.integers(0, vocab, (turns, b, obs_len))
-  total = prompt_len + turns * (gen + obs_len)
-  max_len = -(-total // 64) * 64
+  b, turns, gen = args.trajectories, args.turns, MULTI_GEN
+  prompt_len = MULTI_PROMPT
+  prompts, observations, max_len = multi_turn_inputs(
+    args, rng, model.config.vocab_size
+  )
   rows = list(range(b))
 
   def make():
@@ -465,7 +478,7 @@ def multi_turn(model, reference, args, rng):
     "trajectories": b,
     "turns": turns,
     "generated_per_turn": gen,
-    "observation_tokens_per_turn": obs_len,
+    "observation_tokens_per_turn": MULTI_OBS,
     "prompt_len": prompt_len,
     "max_len": max_len,
     "modes": results,
@@ -498,17 +511,14 @@ def layout_ab(model, args, rng, rounds: int = 8) -> dict:
   """
   vocab = model.config.vocab_size
   prompts32 = rng.integers(0, vocab, (32, 64)).tolist()
-  b, turns = args.trajectories, args.turns
-  prompts = rng.integers(0, vocab, (b, 64))
-  observations = rng.integers(0, vocab, (turns, b, 32))
-  max_len = -(-(64 + turns * 48) // 64) * 64
+  prompts, observations, max_len = multi_turn_inputs(args, rng, vocab)
 
   def single(sampler):
     sampler.prefill(list(range(32)), prompts32)
     return np.stack(sampler.decode(jax.random.key(0), budget=64).tokens)
 
   def multi(sampler):
-    return cached_turns(sampler, prompts, observations, 16)
+    return cached_turns(sampler, prompts, observations, MULTI_GEN)
 
   workloads = {
     "single_turn_batch32": (
@@ -526,9 +536,9 @@ def layout_ab(model, args, rng, rounds: int = 8) -> dict:
       multi,
       lambda first: Sampler(
         model,
-        num_slots=b,
+        num_slots=len(prompts),
         max_len=max_len,
-        budget_buckets=(16,),
+        budget_buckets=(MULTI_GEN,),
         kernels_out_first=first,
       ),
     ),
