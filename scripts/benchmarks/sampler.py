@@ -34,6 +34,13 @@ greedy with no stop ids, so every row emits exactly its budget.
   weights: the same FLOPs over 1/n_layers of the bytes, which then stay in
   cache, so the gap between the two is what streaming the weights from
   memory costs (on a 2-core Zen 3 VM, most of the floor at batch 8).
+* decode-step op time (`decode_op_time`), at the breakdown's batch and at
+  half of it (the rows of one of two samplers): a profiler trace of one
+  decode call, summing the durations of the decode executable's ops over
+  every thread. Op time over wall time says how many ops ran at once; cores
+  x rows / op time is what the step could reach with every core busy on
+  those same kernels (no prefill, no Python): above it, only faster
+  kernels help, not better use of the cores.
 * matmul bound per single-turn batch: the weight-matrix FLOPs one
   `generate` call cannot avoid (every projection for the B x prompt tokens
   of the prefill, then for B rows at each of the new - 1 decode steps; the
@@ -66,10 +73,12 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import functools
+import gzip
 import json
 import os
 import pathlib
 import platform
+import tempfile
 import time
 
 import jax
@@ -685,6 +694,67 @@ def decode_breakdown(model, batch: int, repeats: int, steps: int = 64):
   }
 
 
+def decode_op_time(model, batch: int, steps: int = 64) -> dict:
+  """Time the decode step's XLA ops take, summed over threads, per step.
+
+  A `jax.profiler` trace of one sampler decode call (after a warm-up): the
+  durations of every op (thunk) of the decode executable, on whichever
+  thread ran it, except the while loop that contains them. Op time / wall
+  time is how many ops ran at once on average. If an op did not split its
+  work across threads, op time is core time, and cores * batch / op time
+  bounds the step's tokens per second with every core busy on these ops,
+  at the speed they ran in this trace, and nothing else. (On the 2-core
+  Intel VM of 2026-12-02 the op time was the same pinned to one core, 9.4
+  against 9.6 ms at batch 32: no op used both cores. On a VM whose host
+  takes time from it, "steal", an op's time includes what was taken.)
+  """
+  sampler = Sampler(
+    model,
+    num_slots=batch,
+    max_len=128,
+    budget_buckets=(steps,),
+    **SAMPLER_OPTIONS,
+  )
+  prompts = np.ones((batch, 128 - steps), np.int64).tolist()
+  rows = list(range(batch))
+
+  def decode_seconds() -> float:
+    sampler.prefill(rows, prompts)
+    jax.block_until_ready(sampler.state)
+    start = time.perf_counter()
+    sampler.decode(jax.random.key(0), budget=steps)
+    return time.perf_counter() - start
+
+  decode_seconds()
+  with tempfile.TemporaryDirectory() as trace_dir:
+    with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
+      seconds = decode_seconds()
+    (path,) = pathlib.Path(trace_dir).rglob("perfetto_trace.json.gz")
+    events = json.loads(gzip.decompress(path.read_bytes()))
+  events = events["traceEvents"] if isinstance(events, dict) else events
+  op_us = 0.0
+  for e in events:
+    args = e.get("args", {})
+    if (
+      e.get("ph") == "X"
+      and "decode" in args.get("hlo_module", "")
+      and not args["hlo_op"].startswith("while")
+    ):
+      op_us += e["dur"]
+  if not op_us:
+    raise RuntimeError("the trace has no op of the decode executable")
+  wall_ms, op_ms = 1e3 * seconds / steps, op_us / 1e3 / steps
+  cores = os.cpu_count()
+  return {
+    "batch": batch,
+    "cores": cores,
+    "wall_ms_per_step": wall_ms,
+    "op_ms_per_step": op_ms,
+    "ops_at_once": op_ms / wall_ms,
+    "tokens_per_s_all_cores_busy": 1e3 * cores * batch / op_ms,
+  }
+
+
 def decode_by_cache_length(
   model, batch: int, repeats: int, lengths=(128, 320, 1024)
 ):
@@ -819,6 +889,27 @@ def print_tables(report: dict) -> None:
       f"weight matmuls: {b['weight_matmul_mflop_per_step']:.0f} MFLOP/step, "
       f"{b['weight_matmul_gflops_at_floor']:.0f} GFLOP/s at the floor"
     )
+  op_rows = report.get("decode_op_time")
+  if op_rows:
+    print(
+      "\nDecode-step op time (profiler: the decode executable's ops summed "
+      "over threads, ms per step); bound: every core busy on those ops"
+    )
+    header = (
+      f"{'batch':>5} {'wall ms':>8} {'op ms':>6} {'ops at once':>11} "
+      f"{'bound tok/s':>11} {'vs HF at batch':>14}"
+    )
+    print_header(header)
+    hf = {r["batch"]: r["hf_tokens_per_s"] for r in report["single_turn"]}
+    top = max(r["batch"] for r in op_rows)
+    for r in op_rows:
+      bound = r["tokens_per_s_all_cores_busy"]
+      vs = f"{bound / hf[top]:.2f}x {top}" if top in hf else ""
+      print(
+        f"{r['batch']:>5} {r['wall_ms_per_step']:>8.2f} "
+        f"{r['op_ms_per_step']:>6.2f} {r['ops_at_once']:>11.2f} "
+        f"{bound:>11.0f} {vs:>14}"
+      )
   d = report["decode_by_cache_length"]
   print(
     f"\nDecode step at batch {d['batch']}, {d['context']}-token context "
@@ -963,9 +1054,12 @@ def main(argv: list[str]) -> None:
   ]
   report["multi_turn"] = multi_turn(model, reference, args, rng)
   if not args.quick:
-    report["decode_breakdown"] = decode_breakdown(
-      model, args.breakdown_batch or max(batches), args.repeats
-    )
+    batch = args.breakdown_batch or max(batches)
+    report["decode_breakdown"] = decode_breakdown(model, batch, args.repeats)
+    # The whole batch in one sampler, and half of it (one of two samplers).
+    report["decode_op_time"] = [
+      decode_op_time(model, b) for b in sorted({batch, max(batch // 2, 1)})
+    ]
   report["decode_by_cache_length"] = decode_by_cache_length(
     model,
     batch=args.trajectories,

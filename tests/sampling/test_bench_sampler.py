@@ -97,3 +97,22 @@ def test_generate_bytes_counts_weights_and_kv_reads_by_hand():
     weights // 2,
     weights + 4_096 * 2 * (5 + 6),
   )
+
+
+def test_decode_op_time_reads_the_decode_ops_from_a_trace():
+  spec = importlib.util.spec_from_file_location("bench_sampler", SCRIPT)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  model = module.models.build(module.models.get_preset(module.PRESET), 0)
+  r = module.decode_op_time(model, batch=2, steps=8)
+  assert r["batch"] == 2 and r["cores"] == module.os.cpu_count()
+  # The trace held the decode's ops: they fill most of the step (the rest
+  # is dispatch), and more of them cannot run at once than there are
+  # threads to run them (the pool's, one a core, and the caller's).
+  assert 0.3 < r["ops_at_once"] <= r["cores"] + 1
+  assert r["op_ms_per_step"] == pytest.approx(
+    r["ops_at_once"] * r["wall_ms_per_step"]
+  )
+  assert r["tokens_per_s_all_cores_busy"] == pytest.approx(
+    1e3 * r["cores"] * 2 / r["op_ms_per_step"]
+  )
