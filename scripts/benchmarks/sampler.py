@@ -583,6 +583,29 @@ def _per_step_ms(fn, args, steps: int, repeats: int) -> float:
   return 1e3 * best / steps
 
 
+def decode_timer(model, batch: int, max_len: int, steps: int):
+  """A function that prefills `batch` rows to `max_len - steps` tokens and
+  returns the seconds one sampler decode call of `steps` tokens takes."""
+  sampler = Sampler(
+    model,
+    num_slots=batch,
+    max_len=max_len,
+    budget_buckets=(steps,),
+    **SAMPLER_OPTIONS,
+  )
+  prompts = np.zeros((batch, max_len - steps), np.int64).tolist()
+  rows = list(range(batch))
+
+  def decode_seconds() -> float:
+    sampler.prefill(rows, prompts)
+    jax.block_until_ready(sampler.state)
+    start = time.perf_counter()
+    sampler.decode(jax.random.key(0), budget=steps)
+    return time.perf_counter() - start
+
+  return decode_seconds
+
+
 def decode_breakdown(model, batch: int, repeats: int, steps: int = 64):
   """ms per decode step of the whole sampler step and of its parts."""
   from agentic_rl.models import transformer
@@ -649,23 +672,7 @@ def decode_breakdown(model, batch: int, repeats: int, steps: int = 64):
   d = config.d_model
   flop_per_step = 2 * batch * sum(weight_counts(config))
 
-  sampler = Sampler(
-    model,
-    num_slots=batch,
-    max_len=max_len,
-    budget_buckets=(steps,),
-    **SAMPLER_OPTIONS,
-  )
-  prompts = np.zeros((batch, max_len - steps), np.int64).tolist()
-  rows = list(range(batch))
-
-  def sampler_decode():
-    sampler.prefill(rows, prompts)
-    jax.block_until_ready(sampler.state)
-    start = time.perf_counter()
-    sampler.decode(jax.random.key(0), budget=steps)
-    return time.perf_counter() - start
-
+  sampler_decode = decode_timer(model, batch, max_len, steps)
   sampler_decode()
   decode_ms = 1e3 * min(sampler_decode() for _ in range(repeats)) / steps
   parts = {
@@ -708,23 +715,7 @@ def decode_op_time(model, batch: int, steps: int = 64) -> dict:
   against 9.6 ms at batch 32: no op used both cores. On a VM whose host
   takes time from it, "steal", an op's time includes what was taken.)
   """
-  sampler = Sampler(
-    model,
-    num_slots=batch,
-    max_len=128,
-    budget_buckets=(steps,),
-    **SAMPLER_OPTIONS,
-  )
-  prompts = np.ones((batch, 128 - steps), np.int64).tolist()
-  rows = list(range(batch))
-
-  def decode_seconds() -> float:
-    sampler.prefill(rows, prompts)
-    jax.block_until_ready(sampler.state)
-    start = time.perf_counter()
-    sampler.decode(jax.random.key(0), budget=steps)
-    return time.perf_counter() - start
-
+  decode_seconds = decode_timer(model, batch, 128, steps)
   decode_seconds()
   with tempfile.TemporaryDirectory() as trace_dir:
     with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
