@@ -148,13 +148,17 @@ def critic_loss_fn(
 
 def make_critic_step(config: CriticConfig, layout: Layout):
   """The jitted critic update: `(state, CriticInputs) -> (state, metrics)`."""
-  step_config = step_lib.StepConfig(optimizer=config.optimizer)
+  step_fn = functools.partial(critic_step, config=config)
+  return step_lib.jit_step(step_fn, layout)
+
+
+def critic_step(
+  state: TrainState, inputs: CriticInputs, config: CriticConfig
+) -> tuple[TrainState, step_lib.Metrics]:
+  """One critic update (pure; jit it with `make_critic_step`)."""
   loss_fn = functools.partial(critic_loss_fn, clip=config.value_clip)
-
-  def step(state: TrainState, inputs: CriticInputs):
-    return step_lib.update_step(state, inputs, loss_fn, step_config)
-
-  return step_lib.jit_step(step, layout)
+  step_config = step_lib.StepConfig(optimizer=config.optimizer)
+  return step_lib.update_step(state, inputs, loss_fn, step_config)
 
 
 def explained_variance(

@@ -13,7 +13,11 @@ returns the new state and metrics. RL (`train_step`), SFT
 metrics replicated) and donates the state. The NNX idiom is documented in
 `agentic_rl.train.state`: split/merge around a plain `jax.jit`. A frozen
 teacher (distillation, on-policy distillation in RL) is one more argument
-of the compiled step, on its own shardings, never donated.
+of the compiled step, on its own shardings, never donated. A step given as
+a `functools.partial` of a module-level function with hashable arguments
+(every step here) is jitted once per process for its layout: a second run
+of the same config in one process (a test, a notebook, a warm start) skips
+tracing and compiling it again.
 
 Minibatches and epochs are a *host* loop (`run_epochs`) over calls of the
 jitted step: each call is one optimizer update on one minibatch. We chose
@@ -229,19 +233,14 @@ def jit_step(
     if meshes and meshes != {layout.mesh}:
       raise DistillError("teacher and student must be laid out on one mesh")
 
-  def traced(state: TrainState, *args: Any):
-    with shd.use_rules(layout.mesh, layout.rules):
-      return step_fn(state, *args)
-
-  in_shardings = (layout.state, layout.data)
-  if teacher is not None:
-    in_shardings = (layout.state, teacher_shardings, layout.data)
-  jitted = jax.jit(
-    traced,
-    in_shardings=in_shardings,
-    out_shardings=(layout.state, layout.replicated),
-    donate_argnums=0,
-  )
+  key = _step_key(step_fn, layout, teacher is not None, teacher_shardings)
+  jitted = _JITTED.get(key) if key is not None else None
+  if jitted is None:
+    jitted = _jit(step_fn, layout, teacher is not None, teacher_shardings)
+    if key is not None:
+      _JITTED[key] = jitted
+      while len(_JITTED) > _JITTED_MAX:
+        _JITTED.pop(next(iter(_JITTED)))  # the oldest
   dp = layout.data_parallel_size
   frozen = () if teacher is None else (teacher,)
 
@@ -258,6 +257,71 @@ def jit_step(
 
   call.jitted = jitted  # for .lower() / cost analysis
   return call
+
+
+# Jitted steps by `_step_key`, oldest first; bounded because each holds its
+# compiled executables.
+_JITTED: dict[Any, Any] = {}
+_JITTED_MAX = 16
+
+
+def _tree_key(tree: Any) -> tuple[Any, ...]:
+  leaves, treedef = jax.tree.flatten(tree)
+  return treedef, tuple(leaves)
+
+
+def _step_key(
+  step_fn: Callable[..., Any],
+  layout: Layout,
+  with_teacher: bool,
+  teacher_shardings: Any,
+) -> tuple[Any, ...] | None:
+  """What determines the jitted step, or None when `step_fn` is opaque.
+
+  Only a `functools.partial` of a module-level function with hashable
+  arguments has a key: a closure may capture anything.
+  """
+  if not isinstance(step_fn, functools.partial):
+    return None
+  fn = step_fn.func
+  if "<locals>" in getattr(fn, "__qualname__", "<locals>"):
+    return None
+  key = (
+    fn,
+    step_fn.args,
+    tuple(sorted(step_fn.keywords.items())),
+    layout.mesh,
+    layout.rules,
+    _tree_key(layout.state),
+    with_teacher,
+    _tree_key(teacher_shardings),
+  )
+  try:
+    hash(key)
+  except TypeError:
+    return None
+  return key
+
+
+def _jit(
+  step_fn: Callable[..., Any],
+  layout: Layout,
+  with_teacher: bool,
+  teacher_shardings: Any,
+) -> Any:
+  def traced(state: TrainState, *args: Any):
+    with shd.use_rules(layout.mesh, layout.rules):
+      return step_fn(state, *args)
+
+  in_shardings = (layout.state, layout.data)
+  if with_teacher:
+    in_shardings = (layout.state, teacher_shardings, layout.data)
+  return jax.jit(
+    traced,
+    in_shardings=in_shardings,
+    out_shardings=(layout.state, layout.replicated),
+    donate_argnums=0,
+  )
 
 
 def teacher_terms(
@@ -421,19 +485,28 @@ def make_train_step(
   if config.loss.teacher_coef > 0 and teacher is None:
     raise DistillError("loss.teacher_coef > 0 needs a teacher")
 
-  def step(state: TrainState, *args: Any):
-    *frozen, inputs = args
-    return train_step(
-      state,
-      inputs.batch,
-      inputs.adv_BxL,
-      inputs.ref_logp_BxL,
-      config,
-      inputs.old_logp_BxL,
-      teacher=frozen[0] if frozen else None,
-    )
+  return jit_step(
+    functools.partial(_rl_step, config=config),
+    layout,
+    teacher,
+    teacher_shardings,
+  )
 
-  return jit_step(step, layout, teacher, teacher_shardings)
+
+def _rl_step(
+  state: TrainState, *args: Any, config: StepConfig
+) -> tuple[TrainState, Metrics]:
+  """`train_step` on `([teacher,] PolicyInputs)`, as `jit_step` calls it."""
+  *frozen, inputs = args
+  return train_step(
+    state,
+    inputs.batch,
+    inputs.adv_BxL,
+    inputs.ref_logp_BxL,
+    config,
+    inputs.old_logp_BxL,
+    teacher=frozen[0] if frozen else None,
+  )
 
 
 # ---------------------------------------------------------------------------

@@ -188,6 +188,35 @@ def test_logged_learning_rate_follows_the_optimizer_count(rl_setup):
   assert int(sp.schedule_count((), jnp.asarray(7))) == 7
 
 
+def test_a_step_is_jitted_once_per_config_and_layout(rl_setup):
+  """Rebuilding the same step (a second run in one process) reuses the
+  compiled function; another config, another layout or a closure do not."""
+  layout = rl_setup.layout
+  again = sp.make_train_step(STEP_CONFIG, layout)
+  assert again.jitted is rl_setup.step_fn.jitted
+  _, other_layout = st.create_train_state(MODEL_CONFIG, OPT_CONFIG, seed=3)
+  assert sp.make_train_step(STEP_CONFIG, other_layout).jitted is again.jitted
+  cfg = dataclasses.replace(STEP_CONFIG, num_microbatches=2)
+  assert sp.make_train_step(cfg, layout).jitted is not again.jitted
+  if len(jax.devices()) >= 2:
+    _, wide = st.create_train_state(
+      MODEL_CONFIG, OPT_CONFIG, mesh=shd.make_mesh((2, 1, 1))
+    )
+    assert sp.make_train_step(STEP_CONFIG, wide).jitted is not again.jitted
+
+  def closure(state, inputs):
+    return rl_setup.step_fn(state, inputs)
+
+  assert (
+    sp.jit_step(closure, layout).jitted
+    is not sp.jit_step(closure, layout).jitted
+  )
+  # The shared function still computes this config's update.
+  _, a = again(fresh_state(), rl_setup.inputs)
+  _, b = rl_setup.step_fn(fresh_state(), rl_setup.inputs)
+  _close(jax.device_get(a), jax.device_get(b), rtol=0, atol=0)
+
+
 def test_turn_level_ratio_reads_the_batch_turns(rl_setup):
   cfg = dataclasses.replace(
     STEP_CONFIG,
