@@ -15,7 +15,7 @@ run: setup
 	$(PY) -m agentic_rl.main --config=configs/sokoban.py:gigpo,quick --workdir=runs/quickstart
 
 test: setup
-	$(PY) -m pytest -q -n 2 --durations=15
+	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=15
 	$(VENV)/bin/ruff check .
 
 lint: setup

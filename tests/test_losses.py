@@ -79,7 +79,9 @@ def test_chunked_token_logp_equals_whole_logits(length, chunk):
     )
 
   for got, want in zip(
-    chunked(h_BxLxD, w_DxV), whole(h_BxLxD, w_DxV), strict=True
+    jax.jit(chunked)(h_BxLxD, w_DxV),
+    jax.jit(whole)(h_BxLxD, w_DxV),
+    strict=True,
   ):
     assert got.shape == (3, length)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
@@ -89,13 +91,15 @@ def test_chunked_token_logp_equals_whole_logits(length, chunk):
       logp, ent = fn(h, w)
       return jnp.sum(weight_BxL * logp) + jnp.sum(jnp.cos(weight_BxL) * ent)
 
-    return jax.grad(f, argnums=(0, 1))(h_BxLxD, w_DxV)
+    return jax.jit(jax.grad(f, argnums=(0, 1)))(h_BxLxD, w_DxV)
 
   for got, want in zip(objective(chunked), objective(whole), strict=True):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
-  logp, ent = losses.chunked_token_logp(
-    h_BxLxD, tokens_BxL, lambda x: x @ w_DxV, chunk
-  )
+  logp, ent = jax.jit(
+    lambda h, w: losses.chunked_token_logp(
+      h, tokens_BxL, lambda x: x @ w, chunk
+    )
+  )(h_BxLxD, w_DxV)
   assert ent is None
   np.testing.assert_allclose(
     logp, losses.token_logp(h_BxLxD @ w_DxV, tokens_BxL), rtol=1e-5, atol=1e-6
@@ -133,7 +137,8 @@ def test_chunked_distill_terms_equal_whole_logits(kind):
       kind, 1.5, 0.3, with_entropy=True,
     )  # fmt: skip
 
-  want, got = whole(s_BxLxD, ws_DxV, t_BxLxD), chunked(s_BxLxD, ws_DxV, t_BxLxD)
+  want = jax.jit(whole)(s_BxLxD, ws_DxV, t_BxLxD)
+  got = jax.jit(chunked)(s_BxLxD, ws_DxV, t_BxLxD)
   assert set(got) == set(want)
   for k in want:
     np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
@@ -143,7 +148,7 @@ def test_chunked_distill_terms_equal_whole_logits(kind):
       terms = fn(s, ws, t)
       return jnp.sum(mix_BxL * (terms["divergence"] + terms["logp"]))
 
-    return jax.grad(f, argnums=(0, 1, 2))(s_BxLxD, ws_DxV, t_BxLxD)
+    return jax.jit(jax.grad(f, argnums=(0, 1, 2)))(s_BxLxD, ws_DxV, t_BxLxD)
 
   got_g, want_g = grads(chunked), grads(whole)
   for g, w in zip(got_g[:2], want_g[:2], strict=True):

@@ -553,16 +553,21 @@ def test_script_prints_one_command_per_unfinished_run(tmp_path):
   assert not (root / "sweep.json").exists()  # printing launches nothing
 
 
+# On the worker of tests/train/test_loop.py's smoke run, before it: one
+# compiles the Sokoban smoke programs and the other loads them, instead of
+# both compiling them at once on two workers.
+@pytest.mark.xdist_group("sokoban_smoke")
 def test_ci_sweep_and_report_end_to_end(tmp_path):
   # Real runs: GRPO and GiGPO on smoke Sokoban, and the sharded-path check
   # on 8 simulated devices with mesh (2, 2, 2); then the report.
   root, out = tmp_path / "ca_ci", tmp_path / "report"
-  env = {
-    k: v
-    for k, v in os.environ.items()
-    if k not in ("XLA_FLAGS", "JAX_COMPILATION_CACHE_DIR")
-  }
-  env["XLA_FLAGS"] = "--xla_backend_optimization_level=0"  # as conftest's
+  # The runs inherit the test session's XLA flags (8 simulated devices; a
+  # 1x1x1 mesh uses one) and its compilation cache, which the sweep keeps
+  # instead of its own `<root>/jax_cache`: these smoke runs compile what
+  # tests/train/test_loop.py's smoke runs compile, so whichever comes second
+  # loads it from disk.
+  env = dict(os.environ)
+  assert env["JAX_COMPILATION_CACHE_DIR"]  # set by tests/conftest.py
   subprocess.run(
     [
       sys.executable,
@@ -601,8 +606,9 @@ def test_ci_sweep_and_report_end_to_end(tmp_path):
   assert (
     "sft/loss" in (root / "sokoban/sft/seed0/logs/metrics.jsonl").read_text()
   )
-  # The runs wrote their compiled executables to the shared cache.
-  assert any((root / "jax_cache").iterdir())
+  # The caller's cache, not the sweep's default one.
+  assert not (root / "jax_cache").exists()
+  assert any(pathlib.Path(env["JAX_COMPILATION_CACHE_DIR"]).iterdir())
   assert (out / "README.md").exists()
   assert list(out.glob("curves_sokoban.png"))
   assert list(out.glob("paired_sokoban.png"))

@@ -234,13 +234,13 @@ def jit_step(
       raise DistillError("teacher and student must be laid out on one mesh")
 
   key = _step_key(step_fn, layout, teacher is not None, teacher_shardings)
-  jitted = _JITTED.get(key) if key is not None else None
+  jitted = _JITTED.pop(key, None) if key is not None else None
   if jitted is None:
     jitted = _jit(step_fn, layout, teacher is not None, teacher_shardings)
-    if key is not None:
-      _JITTED[key] = jitted
-      while len(_JITTED) > _JITTED_MAX:
-        _JITTED.pop(next(iter(_JITTED)))  # the oldest
+  if key is not None:
+    _JITTED[key] = jitted  # now the most recently used
+    while len(_JITTED) > _JITTED_MAX:
+      _JITTED.pop(next(iter(_JITTED)))  # the least recently used
   dp = layout.data_parallel_size
   frozen = () if teacher is None else (teacher,)
 
@@ -259,8 +259,8 @@ def jit_step(
   return call
 
 
-# Jitted steps by `_step_key`, oldest first; bounded because each holds its
-# compiled executables.
+# Jitted steps by `_step_key`, least recently used first; bounded because
+# each holds its compiled executables.
 _JITTED: dict[Any, Any] = {}
 _JITTED_MAX = 16
 

@@ -36,6 +36,14 @@ def _params(workdir: pathlib.Path, config):
     run.writer.close()
 
 
+# The tests of one smoke run share it (a module fixture); under xdist they
+# run on one worker (`make test` uses --dist loadgroup), which builds it
+# once instead of once per worker, after tests/test_sweeps.py's CI sweep
+# (same group, collected first) has compiled the same Sokoban smoke
+# programs into the session's compilation cache.
+ON_THE_STRAIGHT_RUN = pytest.mark.xdist_group("sokoban_smoke")
+
+
 @pytest.fixture(scope="module")
 def straight(tmp_path_factory):
   workdir = tmp_path_factory.mktemp("straight")
@@ -43,6 +51,7 @@ def straight(tmp_path_factory):
   return workdir, summary
 
 
+@ON_THE_STRAIGHT_RUN
 def test_smoke_run_writes_everything(straight):
   workdir, summary = straight
   assert summary["rl_steps"] == 2
@@ -66,6 +75,7 @@ def test_smoke_run_writes_everything(straight):
   assert summary["success_after_sft"] is not None
 
 
+@ON_THE_STRAIGHT_RUN
 def test_resume_continues_exactly(straight, tmp_path):
   workdir, _ = straight
   # An earlier attempt that died before its first checkpoint left a log.
@@ -124,6 +134,7 @@ def test_sft_stage_then_warm_start_skips_sft(sft_stage, tmp_path):
   assert again["rl_steps"] == 2
 
 
+@ON_THE_STRAIGHT_RUN
 def test_warm_start_matches_a_full_run_of_the_same_seed(
   straight, sft_stage, tmp_path
 ):
@@ -140,6 +151,7 @@ def test_warm_start_matches_a_full_run_of_the_same_seed(
     assert a[key] == b[key], key
 
 
+@ON_THE_STRAIGHT_RUN
 def test_bad_warm_starts_are_named_errors(straight, sft_stage, tmp_path):
   source, _ = sft_stage
   finished_rl, _ = straight

@@ -192,8 +192,9 @@ def test_a_step_is_jitted_once_per_config_and_layout(rl_setup):
   """Rebuilding the same step (a second run in one process) reuses the
   compiled function; another config, another layout or a closure do not."""
   layout = rl_setup.layout
+  first = sp.make_train_step(STEP_CONFIG, layout)
   again = sp.make_train_step(STEP_CONFIG, layout)
-  assert again.jitted is rl_setup.step_fn.jitted
+  assert again.jitted is first.jitted
   _, other_layout = st.create_train_state(MODEL_CONFIG, OPT_CONFIG, seed=3)
   assert sp.make_train_step(STEP_CONFIG, other_layout).jitted is again.jitted
   cfg = dataclasses.replace(STEP_CONFIG, num_microbatches=2)
@@ -211,6 +212,17 @@ def test_a_step_is_jitted_once_per_config_and_layout(rl_setup):
     sp.jit_step(closure, layout).jitted
     is not sp.jit_step(closure, layout).jitted
   )
+  # Bounded, least recently used out first.
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setattr(sp, "_JITTED_MAX", 2)
+    configs = [
+      dataclasses.replace(STEP_CONFIG, num_microbatches=n) for n in (3, 4, 5)
+    ]
+    a, b = (sp.make_train_step(c, layout).jitted for c in configs[:2])
+    assert sp.make_train_step(configs[0], layout).jitted is a  # a used last
+    sp.make_train_step(configs[2], layout)  # evicts b
+    assert sp.make_train_step(configs[0], layout).jitted is a
+    assert sp.make_train_step(configs[1], layout).jitted is not b
   # The shared function still computes this config's update.
   _, a = again(fresh_state(), rl_setup.inputs)
   _, b = rl_setup.step_fn(fresh_state(), rl_setup.inputs)
