@@ -14,7 +14,8 @@ unfinished run (for a cluster scheduler or a TPU pod) instead of running.
 the shared SFT stages they start from); the manifest still lists every run,
 so the report marks the rest unfinished. The manifest `<root>/sweep.json`
 is what scripts/report.py reads. Local runs share a persistent XLA
-compilation cache (`--compilation_cache`, default `<root>/jax_cache`).
+compilation cache (`--compilation_cache`, default `<root>/jax_cache`; a
+JAX_COMPILATION_CACHE_DIR already in the environment is kept).
 """
 
 import pathlib
@@ -47,7 +48,8 @@ _CACHE = flags.DEFINE_string(
   "compilation_cache",
   None,
   "Persistent XLA compilation cache the local runs share (default "
-  "<root>/jax_cache; '' turns it off).",
+  "<root>/jax_cache; '' turns it off; JAX_COMPILATION_CACHE_DIR in the "
+  "environment wins).",
 )
 _ONLY = flags.DEFINE_list(
   "only", None, "Glob patterns over run names, e.g. 'sokoban/*,*/seed0'."
