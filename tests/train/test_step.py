@@ -224,9 +224,9 @@ def test_a_step_is_jitted_once_per_config_and_layout(rl_setup):
     assert sp.make_train_step(configs[0], layout).jitted is a
     assert sp.make_train_step(configs[1], layout).jitted is not b
   # The shared function still computes this config's update.
-  _, a = again(fresh_state(), rl_setup.inputs)
-  _, b = rl_setup.step_fn(fresh_state(), rl_setup.inputs)
-  _close(jax.device_get(a), jax.device_get(b), rtol=0, atol=0)
+  _, got = again(fresh_state(), rl_setup.inputs)
+  _, want = rl_setup.step_fn(fresh_state(), rl_setup.inputs)
+  _close(jax.device_get(got), jax.device_get(want), rtol=0, atol=0)
 
 
 def test_turn_level_ratio_reads_the_batch_turns(rl_setup):
