@@ -206,7 +206,10 @@ def _picked(logp_XxV: jax.Array, tokens_X: jax.Array) -> jax.Array:
 
 
 def _entropy(logp_XxV: jax.Array) -> jax.Array:
-  return -jnp.sum(jnp.exp(logp_XxV) * logp_XxV, axis=-1)
+  # p log p -> 0 as p -> 0, but exp(-inf) * -inf is NaN (a -inf logit, e.g.
+  # a masked-out vocabulary entry), so those terms are taken as 0.
+  finite_logp_XxV = jnp.where(jnp.isfinite(logp_XxV), logp_XxV, 0.0)
+  return -jnp.sum(jnp.exp(logp_XxV) * finite_logp_XxV, axis=-1)
 
 
 # ---------------------------------------------------------------------------
@@ -480,14 +483,15 @@ def policy_loss(
   Every term uses `config.agg` over `loss_mask_BxL`, so a token outside the
   mask (observation, prompt, padding) receives exactly zero gradient.
 
-  Metrics (token means over the mask unless named otherwise):
-    pg_loss, kl (the configured estimator, to the reference), teacher_div
-    (the divergence from the teacher, aggregated like the loss), approx_kl
-    (k3 estimate of KL(pi_old || pi): how far the update moved), entropy,
-    clip_frac_low (A < 0 and r < 1 - clip_low: the lower clip zeroes the
-    gradient), clip_frac_high (A > 0 and r > 1 + clip_high), dual_clip_frac
-    (A < 0 and r > clip_c), ratio_mean, ratio_max / ratio_min (over the
-    masked tokens), loss.
+  Metrics. Aggregated with `config.agg` over the mask, like the loss terms
+  they are: pg_loss, kl (the configured estimator, to the reference),
+  teacher_div (the divergence from the teacher), entropy. Token means over
+  the mask: approx_kl (k3 estimate of KL(pi_old || pi) from the per-token
+  ratio whatever `ratio_level`: how far the update moved), clip_frac_low
+  (A < 0 and r < 1 - clip_low: the lower clip zeroes the gradient),
+  clip_frac_high (A > 0 and r > 1 + clip_high), dual_clip_frac (A < 0 and
+  r > clip_c), ratio_mean. ratio_max / ratio_min: over the masked tokens.
+  loss: the total objective.
   """
   _check_same_shape(
     logp_BxL=logp_BxL,
@@ -556,10 +560,15 @@ def policy_loss(
   if config.clip_c is not None:
     dual_BxL = (adv_sg_BxL < 0) & (ratio_sg_BxL > config.clip_c)
     metrics["dual_clip_frac"] = masked_mean(dual_BxL, mask_BxL)
-  # k3 of KL(pi_old || pi) from the behaviour samples: r - 1 - log r.
+  # k3 of KL(pi_old || pi) from the behaviour samples: r - 1 - log r, with
+  # the per-token r whatever `ratio_level` (a turn or sequence ratio is a
+  # geometric mean, which would hide how far single tokens moved).
   log_ratio_BxL = logp_sg_BxL - old_logp_BxL
+  token_ratio_BxL = jnp.exp(
+    jnp.clip(log_ratio_BxL, -MAX_LOG_RATIO, MAX_LOG_RATIO)
+  )
   metrics["approx_kl"] = masked_mean(
-    ratio_sg_BxL - 1.0 - log_ratio_BxL, mask_BxL
+    token_ratio_BxL - 1.0 - log_ratio_BxL, mask_BxL
   )
   metrics["ratio_mean"] = masked_mean(ratio_sg_BxL, mask_BxL)
   any_on = jnp.any(on_BxL)

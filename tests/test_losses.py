@@ -41,6 +41,27 @@ def test_token_entropy_golden():
   )
 
 
+def test_entropy_is_finite_with_neg_inf_logits():
+  # A -inf logit (a token ruled out) has p = 0 and adds 0 to the entropy;
+  # exp(-inf) * -inf alone would be NaN. Position 0 predicts token 1 from
+  # two equal logits: entropy ln 2, log-prob -ln 2; token 0 gets 0.
+  inf = float("inf")
+  logits = jnp.asarray([[[0.0, 0.0, -inf], [0.0, 0.0, -inf]]])
+  tokens = jnp.asarray([[0, 1]])
+  want = [[0.0, math.log(2.0)]]
+  np.testing.assert_allclose(losses.token_entropy(logits), want, rtol=1e-6)
+  logp, ent = losses.token_logp_and_entropy(logits, tokens)
+  np.testing.assert_allclose(ent, want, rtol=1e-6)
+  np.testing.assert_allclose(logp, [[0.0, -math.log(2.0)]], rtol=1e-6)
+  _, ent = losses.chunked_token_logp(
+    logits, tokens, lambda x: x, 1, with_entropy=True
+  )
+  np.testing.assert_allclose(ent, want, rtol=1e-6)
+  # d H / d logits is 0 at the uniform pair, and stays finite (0) at -inf.
+  grad = jax.grad(lambda lg: losses.token_entropy(lg).sum())(logits)
+  np.testing.assert_allclose(grad, np.zeros((1, 2, 3)), atol=1e-7)
+
+
 def test_token_logp_matches_log_softmax_random():
   rng = np.random.default_rng(0)
   logits = jnp.asarray(rng.normal(size=(2, 5, 7)) * 3, jnp.float32)
@@ -756,6 +777,32 @@ def test_ratio_levels_agree_on_policy_and_turn_of_one_token_is_token():
     _level_loss("turn", logp, old, adv, mask, turn_id)[0],
     rtol=1e-6,
   )
+
+
+def test_approx_kl_is_per_token_k3_at_every_ratio_level():
+  # Row 0 trains tokens 1, 2 with ratios 2 and 1/2; row 1 token 1 with
+  # ratio e. Masked tokens hold garbage ratios. Per-token k3 = r - 1 - ln r:
+  # (1 - ln 2) + (-1/2 + ln 2) = 1/2 in row 0, e - 2 in row 1; approx_kl is
+  # their token mean (e - 3/2) / 3 at every level, though the sequence ratio
+  # of row 0, sqrt(2 * 1/2) = 1, would give it 0.
+  ratio = np.array([[7.0, 2.0, 0.5], [7.0, math.e, 7.0]], np.float32)
+  mask = jnp.asarray([[0, 1, 1], [0, 1, 0]], jnp.float32)
+  old = jnp.full(ratio.shape, -1.0)
+  logp = old + jnp.log(jnp.asarray(ratio))
+  adv = jnp.ones(ratio.shape)
+  turn_id = jnp.zeros(ratio.shape, jnp.int32)
+  ent = jnp.asarray([[9.0, 1.0, 2.0], [9.0, 3.0, 9.0]])
+  for level in ("token", "turn", "sequence"):
+    cfg = PolicyLossConfig(agg="seq-mean-token-sum", ratio_level=level)
+    _, m = losses.policy_loss(
+      logp, old, adv, mask, cfg, entropy_BxL=ent, turn_id_BxL=turn_id
+    )
+    np.testing.assert_allclose(
+      m["approx_kl"], (math.e - 1.5) / 3, rtol=1e-5, err_msg=level
+    )
+    # entropy follows `agg` (row sums 3 and 3, mean over rows), not the
+    # token mean 2, as the policy_loss docstring says.
+    np.testing.assert_allclose(m["entropy"], 3.0, rtol=1e-6, err_msg=level)
 
 
 def test_turn_ratio_needs_turn_ids():

@@ -16,7 +16,11 @@ SINGLETON_MODES = ("raw", "zero")
 
 
 class SegmentStats:
-  """Weighted count, mean and unbiased std per segment, gathered back."""
+  """Weighted count, mean and unbiased std per segment, gathered back.
+
+  Slots of weight <= 0 enter no statistic, whatever their value (NaN and
+  inf included).
+  """
 
   def __init__(
     self,
@@ -28,16 +32,28 @@ class SegmentStats:
     def ssum(x_N):
       return jax.ops.segment_sum(x_N, segment_N, num_segments=num_segments)
 
-    count_S = ssum(weight_N)
-    mean_S = ssum(weight_N * values_N) / jnp.maximum(count_S, 1.0)
+    # `where`, not a product: 0 * inf is NaN, so a non-finite value in an
+    # excluded slot would otherwise poison its whole segment.
+    in_N = weight_N > 0
+
+    def wsum(x_N):
+      return ssum(jnp.where(in_N, weight_N * x_N, 0.0))
+
+    count_S = ssum(jnp.where(in_N, weight_N, 0.0))
+    mean_S = wsum(values_N) / jnp.maximum(count_S, 1.0)
     # Two-pass variance: stable when values are large and nearly equal.
     dev_N = values_N - mean_S[segment_N]
-    sq_S = ssum(weight_N * dev_N * dev_N)
+    sq_S = wsum(dev_N * dev_N)
     var_S = sq_S / jnp.maximum(count_S - 1.0, 1.0)
     self.count_N = count_S[segment_N]
     self.mean_N = mean_S[segment_N]
     # A segment of one has no sample std; 1 keeps the division finite.
     self.std_N = jnp.where(self.count_N > 1.0, jnp.sqrt(var_S)[segment_N], 1.0)
+
+
+def apply_mask(x: jax.Array, mask: jax.Array) -> jax.Array:
+  """x * mask, but exactly 0 where mask <= 0 even if x is NaN or inf."""
+  return jnp.where(mask > 0, x * mask, 0.0)
 
 
 def normalize(

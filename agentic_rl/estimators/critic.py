@@ -34,6 +34,7 @@ from typing import Literal, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from agentic_rl.estimators import common
 from agentic_rl.estimators.gae import gae
 from agentic_rl.types import TrajectoryBatch, turns_to_tokens
 
@@ -131,7 +132,9 @@ def critic_gae(
     raise ValueError(f"value_BxL {value_BxL.shape} != tokens {(b, l)}")
   value_BxL = jnp.asarray(value_BxL, jnp.float32)
   turn_mask_BxT = batch.turn_mask_BxT
-  reward_BxT = batch.turn_reward_BxT * turn_mask_BxT
+  # `where`, not a product: an inf reward on a masked turn would be NaN, and
+  # the token-level einsum below would spread it over the whole row.
+  reward_BxT = common.apply_mask(batch.turn_reward_BxT, turn_mask_BxT)
   pos_BxT, trained_BxT = decision_positions(
     batch.turn_id_BxL, batch.loss_mask_BxL, t
   )

@@ -62,7 +62,7 @@ def _grpo(outcome_B, group_id_B, traj_mask_B, normalize_std, eps, singleton):
   adv_B = common.normalize(
     r_B, stats, normalize_std=normalize_std, eps=eps, singleton=singleton
   )
-  return adv_B * mask_B
+  return common.apply_mask(adv_B, mask_B)
 
 
 def rloo(
@@ -92,7 +92,7 @@ def _rloo(outcome_B, group_id_B, traj_mask_B, singleton):
   lone_B = g_B <= 1.0
   adv_B = g_B / jnp.maximum(g_B - 1.0, 1.0) * (r_B - stats.mean_N)
   adv_B = jnp.where(lone_B, r_B if singleton == "raw" else 0.0, adv_B)
-  return adv_B * mask_B
+  return common.apply_mask(adv_B, mask_B)
 
 
 def reinforce_pp_baseline(
@@ -122,7 +122,7 @@ def _reinforce_pp(outcome_B, group_id_B, traj_mask_B, eps):
     r_B, stats, normalize_std=False, eps=eps, singleton="raw"
   )
   batch = common.SegmentStats(x_B, jnp.zeros_like(group_id_B), mask_B, 1)
-  return (x_B - batch.mean_N) / (batch.std_N + eps) * mask_B
+  return common.apply_mask((x_B - batch.mean_N) / (batch.std_N + eps), mask_B)
 
 
 RAFT_KEEP = ("success", "best")

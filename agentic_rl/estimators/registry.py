@@ -19,7 +19,7 @@ from typing import Any
 
 import jax
 
-from agentic_rl.estimators import critic, outcome, turn
+from agentic_rl.estimators import common, critic, outcome, turn
 from agentic_rl.types import TrajectoryBatch
 
 Estimator = Callable[..., jax.Array]
@@ -103,7 +103,9 @@ def _score_B(batch: TrajectoryBatch, score: str) -> jax.Array:
   if score == "outcome":
     return batch.outcome_B
   if score == "return":
-    return (batch.turn_reward_BxT * batch.turn_mask_BxT).sum(axis=1)
+    return common.apply_mask(batch.turn_reward_BxT, batch.turn_mask_BxT).sum(
+      axis=1
+    )
   raise ValueError(f"estimator score {score!r}: expected one of {SCORES}")
 
 

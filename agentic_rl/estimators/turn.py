@@ -21,8 +21,9 @@ BASELINES = ("per_turn_index", "group")
 PRM_MODES = ("additive", "multiplicative", "cumulative")
 
 
-def _check_turns(turn_reward_BxT, turn_mask_BxT):
-  common.check_array("turn_reward_BxT", turn_reward_BxT, (None, None), "float")
+def _check_turns(turn_reward_BxT, turn_mask_BxT, name="turn_reward_BxT"):
+  """Checks a per-turn array (reported as `name`) and the mask of its shape."""
+  common.check_array(name, turn_reward_BxT, (None, None), "float")
   shape = turn_reward_BxT.shape
   common.check_array("turn_mask_BxT", turn_mask_BxT, shape, "float")
   return shape
@@ -165,7 +166,9 @@ def _gigpo(
   b, t = turn_reward_BxT.shape
   std = mode == "mean_std_norm"
   mask_BxT = jnp.asarray(turn_mask_BxT, jnp.float32)
-  reward_BxT = jnp.asarray(turn_reward_BxT, jnp.float32) * mask_BxT
+  reward_BxT = common.apply_mask(
+    jnp.asarray(turn_reward_BxT, jnp.float32), mask_BxT
+  )
 
   outcome_B = reward_BxT.sum(axis=1)
   turns_B = mask_BxT.sum(axis=1)
@@ -182,7 +185,7 @@ def _gigpo(
     ret_N, st, normalize_std=std, eps=eps, singleton="zero"
   ).reshape(b, t)
 
-  return (ep_adv_B[:, None] + omega * step_adv_BxT) * mask_BxT
+  return common.apply_mask(ep_adv_B[:, None] + omega * step_adv_BxT, mask_BxT)
 
 
 def turn_discounted(
@@ -252,7 +255,7 @@ def _turn_discounted(
     eps=eps,
     singleton=singleton,
   )
-  return adv_N.reshape(b, t) * mask_BxT
+  return common.apply_mask(adv_N.reshape(b, t), mask_BxT)
 
 
 def prm_weighted(
@@ -287,7 +290,7 @@ def prm_weighted(
       (in the spirit of turn-level credit assignment, e.g. Zeng et al. 2025),
       not a formula from a paper; `beta` is unused in this mode.
   """
-  b, t = _check_turns(process_score_BxT, turn_mask_BxT)
+  b, t = _check_turns(process_score_BxT, turn_mask_BxT, "process_score_BxT")
   common.check_array("outcome_B", outcome_B, (b,), "float")
   _check_groups(group_id_B, b)
   common.check_choice("mode", mode, PRM_MODES)
@@ -316,7 +319,9 @@ def _prm_weighted(
 ):
   b, t = process_score_BxT.shape
   mask_BxT = jnp.asarray(turn_mask_BxT, jnp.float32)
-  p_BxT = jnp.asarray(process_score_BxT, jnp.float32) * mask_BxT
+  p_BxT = common.apply_mask(
+    jnp.asarray(process_score_BxT, jnp.float32), mask_BxT
+  )
   r_B = jnp.asarray(outcome_B, jnp.float32)
   has_turns_B = (mask_BxT.sum(axis=1) > 0) * 1.0
   out = common.SegmentStats(r_B, group_id_B, has_turns_B, b)
@@ -326,31 +331,34 @@ def _prm_weighted(
 
   if mode == "multiplicative":
     p_BxT = jnp.clip(p_BxT, 0.0, 1.0)
-    q_BxT = jnp.where(a_B[:, None] >= 0, p_BxT, 1.0 - p_BxT) * mask_BxT
+    q_BxT = common.apply_mask(
+      jnp.where(a_B[:, None] >= 0, p_BxT, 1.0 - p_BxT), mask_BxT
+    )
     n_B = mask_BxT.sum(axis=1)
     total_B = q_BxT.sum(axis=1)
     # All-zero scores carry no preference: fall back to uniform weights.
+    # Any positive total divides exactly (no eps floor), so weights sum to n.
+    some_B = total_B > 0
+    safe_total_B = jnp.where(some_B, total_B, 1.0)
     w_BxT = jnp.where(
-      total_B[:, None] > 0,
-      n_B[:, None] * q_BxT / jnp.maximum(total_B, eps)[:, None],
-      1.0,
+      some_B[:, None], n_B[:, None] * q_BxT / safe_total_B[:, None], 1.0
     )
-    return a_B[:, None] * w_BxT * mask_BxT
+    return common.apply_mask(a_B[:, None] * w_BxT, mask_BxT)
 
   seg_BxT = jnp.broadcast_to(group_id_B[:, None], (b, t))
   proc = common.SegmentStats(
     p_BxT.reshape(-1), seg_BxT.reshape(-1), mask_BxT.reshape(-1), b
   )
-  z_BxT = (
+  z_BxT = common.apply_mask(
     common.normalize(
       p_BxT.reshape(-1),
       proc,
       normalize_std=normalize_std,
       eps=eps,
       singleton="zero",
-    ).reshape(b, t)
-    * mask_BxT
+    ).reshape(b, t),
+    mask_BxT,
   )
   if mode == "cumulative":
     z_BxT = _discounted_returns(z_BxT, mask_BxT, 1.0)
-  return (a_B[:, None] + beta * z_BxT) * mask_BxT
+  return common.apply_mask(a_B[:, None] + beta * z_BxT, mask_BxT)

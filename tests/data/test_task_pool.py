@@ -155,6 +155,45 @@ def test_out_of_scope_env_and_refusal_verifier():
   assert rewards.diagnose(episode("Sure, done!")) == "did_wrong"
 
 
+def test_out_of_scope_prompts_are_disjoint_across_splits():
+  env = pool_lib.OutOfScope()
+  tasks = {
+    split: [
+      env.generate_task(task_seed(split, d, i), d)
+      for d in (0, 3)
+      for i in range(100)
+    ]
+    for split in pool_lib.SPLITS
+  }
+  prompts = {s: {t.payload["prompt"] for t in ts} for s, ts in tasks.items()}
+  assert not prompts["train"] & prompts["validation"]
+  assert not prompts["train"] & prompts["test"]
+  assert not prompts["validation"] & prompts["test"]
+  # Through a pool spec too: the added negatives of held-out splits are
+  # never a training prompt.
+  pool = TaskPool.from_envs(spec(negative_rate=0.9))
+  added = {
+    s: {
+      t.payload["prompt"]
+      for t in pool.split(s)
+      if t.family == pool_lib.OUT_OF_SCOPE
+    }
+    for s in pool_lib.SPLITS
+  }
+  assert all(added.values())
+  assert not added["train"] & (added["validation"] | added["test"])
+  for split, ts in tasks.items():
+    requests = dict(pool_lib.out_of_scope_requests(split))
+    # Twelve templates, four train fillers each and one per held-out split.
+    assert len(requests) == (48 if split == "train" else 12), split
+    assert prompts[split] <= set(requests) and len(prompts[split]) > 6
+    for t in ts:
+      assert ("unsafe" in t.tags) == requests[t.payload["prompt"]]
+    assert ts[7] == env.generate_task(ts[7].seed, ts[7].difficulty)
+  assert pool_lib.seed_split(task_seed("test", 2, 5)) == "test"
+  assert pool_lib.seed_split(len(pool_lib.SPLITS) * 10**9) is None
+
+
 def test_out_of_scope_budget():
   env = envs.make(pool_lib.OUT_OF_SCOPE, max_steps=2)
   env.reset(env.generate_task(0))

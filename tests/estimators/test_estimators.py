@@ -420,6 +420,112 @@ def test_prm_multiplicative_keeps_total_credit():
   np.testing.assert_allclose(np.asarray(got).sum(1), a * m.sum(1), atol=1e-5)
 
 
+def test_prm_multiplicative_exact_weights_for_a_tiny_total():
+  # Failed trajectory, scores 1 - k * u (u = 2**-24, exact in float32): its
+  # q = 1 - p = (2u, 4u, 0) sum to 6u < eps, yet weights must still be
+  # n * q / sum q = (1, 2, 0), summing to n = 3; a success with p ~ 1
+  # gets weights ~ 1.
+  u = 2.0**-24
+  out = np.array([0.0, 1.0], F)
+  g = np.array([0, 0], np.int32)
+  p = np.array([[1 - 2 * u, 1 - 4 * u, 1.0], [1 - 2 * u, 1 - 2 * u, 1.0]], F)
+  m = np.ones((2, 3), F)
+  got = E.prm_weighted(out, g, p, m, mode="multiplicative", normalize_std=False)
+  # Dr.GRPO outcome part: -0.5, 0.5.
+  want = [[-0.5, -1.0, 0.0], [0.5, 0.5, 0.5]]
+  np.testing.assert_allclose(got, want, atol=1e-6)
+  # Uniform near-1 scores on the failure: q all tiny and equal, weights 1.
+  p = np.full((2, 3), 1 - 2 * u, F)
+  got = E.prm_weighted(out, g, p, m, mode="multiplicative", normalize_std=False)
+  np.testing.assert_allclose(got, [[-0.5] * 3, [0.5] * 3], atol=1e-6)
+
+
+def test_non_finite_values_in_masked_slots_change_nothing():
+  # 0 * inf is NaN: a masked slot holding NaN or inf must not reach any
+  # group statistic, nor the masked output itself.
+  nan, inf = np.nan, np.inf
+  g = np.array([0, 0, 0], np.int32)
+  tm = np.array([1.0, 1.0, 0.0], F)
+  o = np.array([1.0, 0.0, nan], F)
+  np.testing.assert_allclose(
+    E.grpo(o, g, traj_mask_B=tm, normalize_std=False), [0.5, -0.5, 0.0]
+  )
+  s = 0.5 / (np.sqrt(0.5) + 1e-6)  # unbiased std of {1, 0} is sqrt(.5)
+  np.testing.assert_allclose(
+    E.grpo(o, g, traj_mask_B=tm), [s, -s, 0.0], rtol=1e-6
+  )
+  np.testing.assert_allclose(E.rloo(o, g, traj_mask_B=tm), [1.0, -1.0, 0.0])
+  o_inf = np.array([1.0, 0.0, inf], F)
+  # Group-centred (.5, -.5), then batch-whitened: batch std sqrt(.5).
+  np.testing.assert_allclose(
+    E.reinforce_pp_baseline(o_inf, g, traj_mask_B=tm), [s, -s, 0.0], 1e-6
+  )
+
+  r = np.array([[1.0, inf], [0.0, nan]], F)
+  m = np.array([[1.0, 0.0], [1.0, 0.0]], F)
+  g2 = np.array([0, 0], np.int32)
+  a = np.array([[0, 1], [0, 3]], np.int32)
+  # Episode part (1, 0) -> (.5, -.5); both first turns share anchor 0 with
+  # returns (1, 0) -> step part (.5, -.5).
+  np.testing.assert_allclose(E.gigpo(r, m, g2, a), [[1.0, 0.0], [-1.0, 0.0]])
+  np.testing.assert_allclose(
+    E.turn_discounted(r, m, g2), [[0.5, 0.0], [-0.5, 0.0]]
+  )
+
+  # PRM: NaN scores on masked turns, a NaN outcome on a row with no turns.
+  out = np.array([1.0, 0.0, nan], F)
+  p = np.array([[0.2, nan], [0.8, 0.5], [nan, inf]], F)
+  pm = np.array([[1.0, 0.0], [1.0, 1.0], [0.0, 0.0]], F)
+  # Outcome part (.5, -.5, 0); real scores {.2, .8, .5} have mean .5.
+  want = [[0.5 - 0.3, 0.0], [-0.5 + 0.3, -0.5], [0.0, 0.0]]
+  for mode in ("additive", "cumulative"):
+    got = E.prm_weighted(
+      out, g, p, pm, mode=mode, beta=1.0, normalize_std=False
+    )
+    np.testing.assert_allclose(got, want, atol=1e-6, err_msg=mode)
+  # Multiplicative: row 1 failed, q = 1 - p = (.2, .5), weights 2 q / .7.
+  got = E.prm_weighted(
+    out, g, p, pm, mode="multiplicative", normalize_std=False
+  )
+  want = [[0.5, 0.0], [-0.5 * 0.4 / 0.7, -0.5 * 1.0 / 0.7], [0.0, 0.0]]
+  np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+def test_registry_estimators_ignore_non_finite_masked_slots():
+  clean = _batch()
+  mask = np.asarray(clean.turn_mask_BxT) > 0
+  real_row = mask.any(axis=1)
+  dirty = clean.replace(
+    turn_reward_BxT=np.where(mask, clean.turn_reward_BxT, np.inf).astype(F),
+    process_score_BxT=np.where(mask, clean.process_score_BxT, np.nan).astype(F),
+    outcome_B=np.where(real_row, clean.outcome_B, np.nan).astype(F),
+  )
+  for name in (
+    "grpo",
+    "dr_grpo",
+    "rloo",
+    "reinforce_pp",
+    "raft",
+    "gigpo",
+    "turn_discounted",
+    "prm_weighted",
+  ):
+    np.testing.assert_array_equal(
+      E.get(name)(dirty), E.get(name)(clean), err_msg=name
+    )
+  np.testing.assert_array_equal(
+    E.get("grpo")(dirty, score="return"), E.get("grpo")(clean, score="return")
+  )
+  v = jnp.zeros(clean.tokens_BxL.shape, jnp.float32)
+  for level in ("turn", "token"):
+    got, want = (
+      E.get("gae")(dirty, v, level=level),
+      E.get("gae")(clean, v, level=level),
+    )
+    for x, y in zip(got, want, strict=True):
+      np.testing.assert_array_equal(x, y, err_msg=level)
+
+
 @settings(max_examples=30, deadline=None)
 @given(st.integers(1, 3), st.integers(1, 12), st.data())
 def test_gae_matches_loop(b, l, data):
@@ -490,6 +596,14 @@ def test_bad_input_names_the_argument():
     )
   with pytest.raises(KeyError, match="unknown estimator 'gpro'"):
     E.get("gpro")
+  with pytest.raises(ValueError, match="process_score_BxT"):
+    E.prm_weighted(
+      jnp.zeros(2), jnp.zeros(2, jnp.int32), jnp.zeros(2), jnp.ones((2, 2))
+    )
+  with pytest.raises(ValueError, match="turn_mask_BxT"):
+    E.prm_weighted(
+      jnp.zeros(2), jnp.zeros(2, jnp.int32), jnp.zeros((2, 2)), jnp.ones(2)
+    )
 
 
 # ---------------------------------------------------------------- registry
