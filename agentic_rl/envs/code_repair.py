@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import random
 import uuid
 from collections.abc import Callable
@@ -524,32 +523,55 @@ def expert_actions(task: Task) -> list[str]:
 # ---------------------------------------------------------------------------
 # Running the tests in the sandbox.
 
+# Runs in the sandbox, in the same interpreter as the project code, so the
+# report must not depend on anything project code can rebind. Before the
+# first project import, the runner binds the few functions it calls (os.write
+# and builtins; str and bytes methods cannot be patched) and takes a private
+# copy of stdout for the report, pointing fd 1 at stderr so project output
+# cannot garble it. The test modules are compiled from the task's sources,
+# not imported, so a project cannot swap them in `sys.modules`. The report is
+# one line: a per-run nonce, then each test's message (empty = passed),
+# hex-encoded, in test-id order. Hostile code that walks the interpreter's
+# frames could still forge it; the sandbox guard is only defence in depth.
 _RUNNER = r"""
-import importlib, io, json, sys
-ids = json.loads(IDS)
-results = {}
-real_stdout = sys.stdout
-sys.stdout = io.StringIO()
-modules = {}
-for test_id in ids:
-    module_name, test_name = test_id.split("::")
-    if module_name not in modules:
+def _run(ids, sources, nonce):
+    import os
+    write, run, build = os.write, exec, compile
+    kind, text, failed = type, str, BaseException
+    out = os.dup(1)
+    os.dup2(2, 1)
+
+    def describe(prefix, error):
         try:
-            modules[module_name] = importlib.import_module(module_name)
-        except BaseException as e:
-            modules[module_name] = "import failed: %s: %s" % (
-                type(e).__name__, e)
-    module = modules[module_name]
-    if isinstance(module, str):
-        results[test_id] = module
-        continue
-    try:
-        getattr(module, test_name)()
-        results[test_id] = ""
-    except BaseException as e:
-        results[test_id] = "%s: %s" % (type(e).__name__, e)
-sys.stdout = real_stdout
-print(NONCE + json.dumps(results))
+            return "%s%s: %s" % (prefix, kind(error).__name__, error)
+        except failed:
+            return prefix + "(an exception that cannot be printed)"
+
+    namespaces = {}
+    hexes = []
+    for test_id in ids:
+        module_name, test_name = test_id.split("::")
+        namespace = namespaces.get(module_name)
+        if namespace is None:
+            namespace = {"__name__": module_name, "__builtins__": __builtins__}
+            try:
+                path = module_name + ".py"
+                run(build(sources[module_name], path, "exec"), namespace)
+            except failed as e:
+                namespace = describe("import failed: ", e)
+            namespaces[module_name] = namespace
+        if kind(namespace) is text:
+            message = namespace
+        else:
+            try:
+                namespace[test_name]()
+                message = ""
+            except failed as e:
+                message = describe("", e)
+        hexes.append(message[:300].encode("utf-8", "replace").hex())
+    report = ("\n" + nonce + ",".join(hexes) + "\n").encode()
+    while report:
+        report = report[write(out, report):]
 """
 
 
@@ -586,30 +608,46 @@ def run_test_suite(
 ) -> TestReport:
   """Rewrites the canonical tests into the sandbox and runs them."""
   ids = list(task.payload["test_ids"])
-  for path, text in task.payload["tests"].items():
-    sandbox.write_file(path, text)
+  every = {test_id: "not run" for test_id in ids}
+  try:
+    for path, text in task.payload["tests"].items():
+      sandbox.write_file(path, text)
+  except ValueError as e:  # project code put a FIFO or symlink in the way
+    return TestReport(0, len(ids), every, str(e), FailureCode.FORBIDDEN)
+  except OSError as e:
+    return TestReport(
+      0, len(ids), every, f"cannot write tests: {e}", FailureCode.TOOL_ERROR
+    )
+  sources = {
+    path.removesuffix(".py"): text
+    for path, text in task.payload["tests"].items()
+  }
   # A fresh nonce per run, so project code that prints cannot fake a result
   # line it has not seen.
   nonce = f"@@result-{uuid.uuid4().hex}@@"
-  code = f"IDS = {json.dumps(json.dumps(ids))}\nNONCE = {nonce!r}\n" + _RUNNER
-  res = sandbox.run(code=code, timeout_s=timeout_s, memory_mb=256)
-  every = {test_id: "not run" for test_id in ids}
+  code = _RUNNER + f"\n_run({ids!r}, {sources!r}, {nonce!r})\n"
+  res = sandbox.run(
+    code=code, timeout_s=timeout_s, memory_mb=256, max_output_bytes=1 << 16
+  )
   if res.failure is not None:
     return TestReport(0, len(ids), every, res.error, res.failure)
-  results = None
-  for line in reversed(res.stdout.splitlines()):
-    if line.startswith(nonce):
-      try:
-        results = json.loads(line[len(nonce) :])
-      except ValueError:
-        results = None
-      break
-  if not isinstance(results, dict) or set(results) != set(ids):
-    tail = res.stderr.strip().splitlines()[-1:] or ["no output"]
+  lines = [line for line in res.stdout.splitlines() if line.startswith(nonce)]
+  messages = None
+  if len(lines) == 1:
+    hexes = lines[0][len(nonce) :].split(",")
+    try:
+      messages = [bytes.fromhex(h).decode("utf-8", "replace") for h in hexes]
+    except ValueError:
+      messages = None
+  if messages is None or len(messages) != len(ids):
+    if len(lines) > 1:
+      why = f"{len(lines)} result lines"
+    else:
+      why = (res.stderr.strip().splitlines()[-1:] or ["no output"])[0]
     return TestReport(
-      0, len(ids), every, f"the test runner produced no result ({tail[0]})"
+      0, len(ids), every, f"the test runner produced no result ({why})"
     )
-  failures = {k: str(v) for k, v in results.items() if v != ""}
+  failures = {k: m for k, m in zip(ids, messages, strict=True) if m}
   return TestReport(len(ids) - len(failures), len(ids), failures)
 
 
@@ -752,7 +790,7 @@ class CodeRepairEnv(ToolEnvironment):
     assert self.sandbox is not None
     try:
       return self.sandbox.read_file(name)[:_MAX_READ_CHARS]
-    except ValueError as e:  # a symlink planted by project code
+    except ValueError as e:  # a symlink or FIFO planted by project code
       raise ForbiddenError(str(e)) from None
     except (OSError, UnicodeDecodeError) as e:
       raise ToolFailure(f"cannot read {name}: {e}") from None
@@ -788,7 +826,9 @@ class CodeRepairEnv(ToolEnvironment):
       )
     try:
       self.sandbox.write_file(name, text.replace(old, new, 1))
-    except (OSError, ValueError) as e:
+    except ValueError as e:
+      raise ForbiddenError(f"cannot write {name}: {e}") from None
+    except OSError as e:
       raise ToolFailure(f"cannot write {name}: {e}") from None
     return f"Edited {name}: replaced 1 occurrence."
 
@@ -818,11 +858,12 @@ class CodeRepairEnv(ToolEnvironment):
       self._finished = True
     return components
 
-  def step(self, action_text: str) -> StepResult:
-    result = super().step(action_text)
-    if self._finished and not result.done:
+  def _act(self, action_text: str, key: str) -> StepResult:
+    # A pass with finish_on_pass ends the episode here, before the base
+    # class's budget check, so a pass on the last turn is no BUDGET_EXHAUSTED.
+    result = super()._act(action_text, key)
+    if self._finished:
       result.done = True
-      self.done = True
     return result
 
   def on_answer(self, text: str) -> AnswerResult:
@@ -833,6 +874,7 @@ class CodeRepairEnv(ToolEnvironment):
       reward_components={"success": success},
       done=True,
       observation=report.summary(),
+      failure=report.failure,
       info={"tests_passed": report.passed, "tests_total": report.total},
     )
 

@@ -29,11 +29,29 @@ Python guard (applies to `code` only): before the user code runs, an audit
 hook (PEP 578) is installed that ends the process with a FORBIDDEN report on
 any socket creation or name lookup, any open-for-writing or path mutation
 (remove, rename, mkdir, chmod, link, ...) outside the sandbox directory
-(/dev/null excepted), any use of ctypes, and, unless `allow_subprocess`, any
-fork/exec/spawn. This is what turns a violation into the FORBIDDEN code with a
-clear message rather than an opaque errno, and it is the only write guard for
-world-writable places such as /tmp. It is best effort against hostile code
-(C extensions can bypass audit hooks); the kernel layers are the backstop.
+(/dev/null excepted), creating a FIFO or device node (os.mkfifo/os.mknod are
+replaced, as CPython audits neither), any use of ctypes, walking the garbage
+collector or replacing a function's code (the ways to reach the guard
+itself), and, unless `allow_subprocess`, any fork/exec/spawn. This is what
+turns a violation into the FORBIDDEN code with a clear message rather than an
+opaque errno, and it is the only write guard for world-writable places such
+as /tmp. The guard keeps its state in closures and calls only functions it
+bound before user code ran, and the launcher deletes its own globals, so
+rebinding names (`sys.modules['__main__']`, `os.path`, `builtins`) does not
+switch it off.
+
+The Python guard is defence in depth, not the boundary: hostile code can
+still get past it (C extensions, a reimported `posix`, `dir_fd` arguments the
+audit events do not show, a path object whose `__fspath__` changes its
+answer). The kernel layers above (rlimits, the private uid, the network
+namespace) are what contain such code; `isolation` says which of them this
+machine provides.
+
+Host-side file access (`read_file`, `write_file`) never blocks and never
+leaves the sandbox: code in the sandbox may leave a FIFO, device node or
+symlink where a file was, so paths are resolved inside the directory, files
+are opened with O_NONBLOCK and O_NOFOLLOW, and anything but a regular file
+raises ValueError (as does a path that escapes).
 
 Failure codes on `SandboxResult.failure` (a non-zero exit by itself is *not*
 a failure: failing tests exit 1, and the caller judges that):
@@ -82,23 +100,40 @@ _SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 # Runs in the child (`python -I -S -c _LAUNCHER`), config as JSON on stdin.
 # Kept free of f-strings and third-party imports so any Python 3 runs it.
+#
+# The guard keeps all its state in closures made by `_install`, and binds
+# every function it calls there (C builtins, not the `os.path` or `builtins`
+# names user code can rebind). Afterwards the launcher deletes its globals
+# and gives user code a fresh `__main__`, so nothing user code can reach by
+# name switches the guard off.
 _LAUNCHER = r"""
-import json, os, resource, sys
+import json, os, posix, resource, sys
 cfg = json.loads(sys.stdin.read())
-status_fd = cfg["status_fd"]
-os.set_inheritable(status_fd, False)
+os.set_inheritable(cfg["status_fd"], False)
 
-def report(code, message):
-  try:
-    sys.stdout.flush()
-    sys.stderr.flush()
-  except Exception:
-    pass
-  try:
-    os.write(status_fd, message.encode("utf-8", "replace")[:4000])
-  except Exception:
-    pass
-  os._exit(code)
+
+def _reporter(status_fd, streams, write, exit_):
+  # Unbound C methods: an instance attribute named `flush` cannot intercept.
+  flushes = [(type(s).flush, s) for s in streams]
+  failed = BaseException
+
+  def report(code, message):
+    for flush, stream in flushes:
+      try:
+        flush(stream)
+      except failed:
+        pass
+    try:
+      write(status_fd, message.encode("utf-8", "replace")[:4000])
+    except failed:
+      pass
+    exit_(code)
+
+  return report
+
+
+report = _reporter(cfg["status_fd"], (sys.stdout, sys.stderr), os.write,
+                   os._exit)
 
 try:
   null = os.open(os.devnull, os.O_RDONLY)
@@ -122,64 +157,167 @@ if cfg["argv"] is not None:
   except Exception as e:
     report(88, "cannot execute %r: %s" % (cfg["argv"][0], e))
 
-ROOT = os.path.realpath(cfg["root"])
-ALLOW_SUBPROCESS = cfg["allow_subprocess"]
-WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
-NETWORK = frozenset((
-  "socket.__new__", "socket.connect", "socket.bind", "socket.sendto",
-  "socket.sendmsg", "socket.getaddrinfo", "socket.gethostbyname",
-  "socket.gethostbyname_ex", "socket.gethostbyaddr", "socket.getnameinfo",
-))
-PROCESS = frozenset((
-  "os.fork", "os.forkpty", "os.system", "os.exec", "os.posix_spawn",
-  "os.spawn", "subprocess.Popen", "pty.spawn",
-))
-# Path arguments (by position) that an event creates or changes.
-MUTATING = {
-  "os.remove": (0,), "os.rmdir": (0,), "os.mkdir": (0,), "os.chmod": (0,),
-  "os.chown": (0,), "os.truncate": (0,), "os.utime": (0,),
-  "os.chflags": (0,), "os.lchflags": (0,), "os.lchmod": (0,),
-  "os.setxattr": (0,), "os.removexattr": (0,), "os.rename": (0, 1),
-  "os.link": (0, 1), "os.symlink": (1,), "shutil.rmtree": (0,),
-}
 
-def inside(path):
-  if isinstance(path, int):
-    return True  # an already-open descriptor
-  try:
-    full = os.path.realpath(os.fsdecode(path))
-  except Exception:
-    return False
-  return full == ROOT or full.startswith(ROOT + os.sep) or full == os.devnull
+def _install(root, allow_subprocess, report):
+  lstat, readlink, getcwd, fspath = os.lstat, os.readlink, os.getcwd, os.fspath
+  kind, subclass, text, data, integer = type, issubclass, str, bytes, int
+  size, show, failed = len, repr, BaseException
+  decode = bytes.decode
+  write_flags = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+  network = frozenset((
+    "socket.__new__", "socket.connect", "socket.bind", "socket.sendto",
+    "socket.sendmsg", "socket.getaddrinfo", "socket.gethostbyname",
+    "socket.gethostbyname_ex", "socket.gethostbyaddr", "socket.getnameinfo",
+  ))
+  process = frozenset((
+    "os.fork", "os.forkpty", "os.system", "os.exec", "os.posix_spawn",
+    "os.spawn", "subprocess.Popen", "pty.spawn",
+  ))
+  # Ways to reach the guard's own function and closure cells.
+  introspection = frozenset(("gc.get_objects", "gc.get_referrers",
+                             "gc.get_referents"))
+  # Raised by the os.mkfifo/os.mknod stand-ins below (CPython audits
+  # neither): a FIFO or device node would block or mislead host-side reads.
+  special = frozenset(("os.mkfifo", "os.mknod"))
+  # Path arguments (by position) that an event creates or changes.
+  mutating = {
+    "os.remove": (0,), "os.rmdir": (0,), "os.mkdir": (0,), "os.chmod": (0,),
+    "os.chown": (0,), "os.truncate": (0,), "os.utime": (0,),
+    "os.chflags": (0,), "os.lchflags": (0,), "os.lchmod": (0,),
+    "os.setxattr": (0,), "os.removexattr": (0,), "os.rename": (0, 1),
+    "os.link": (0, 1), "os.symlink": (1,), "shutil.rmtree": (0,),
+  }
 
-def guard(event, args):
-  if event == "open":
-    path, mode, flags = args
-    writing = (isinstance(flags, int) and flags & WRITE_FLAGS) or (
-      isinstance(mode, str) and any(c in mode for c in "wax+"))
-    if writing and not inside(path):
-      report(86, "writing outside the sandbox directory: %r" % (path,))
-  elif event in MUTATING:
-    for i in MUTATING[event]:
-      if i < len(args) and not inside(args[i]):
-        report(86, "%s outside the sandbox directory: %r" % (event, args[i]))
-  elif event in NETWORK:
-    report(86, "network access is disabled in the sandbox (%s)" % event)
-  elif event.startswith("ctypes."):
-    report(86, "ctypes is disabled in the sandbox (%s)" % event)
-  elif event in PROCESS and not ALLOW_SUBPROCESS:
-    report(86, "starting processes is disabled in the sandbox (%s)" % event)
+  def as_text(path):
+    # The path a C call sees, without running code of str/bytes subclasses.
+    if subclass(kind(path), text):
+      return text.__str__(path)
+    if subclass(kind(path), data):
+      return decode(path, "utf-8", "surrogateescape")
+    try:
+      path = fspath(path)  # a path object: runs its __fspath__
+    except failed:
+      return None
+    return as_text(path) if subclass(kind(path), (text, data)) else None
+
+  def resolve(path):
+    # os.path.realpath, from bound primitives only.
+    if "\0" in path:
+      return None
+    if not path.startswith("/"):
+      try:
+        path = getcwd() + "/" + path
+      except failed:
+        return None
+    pending = path.split("/")[::-1]
+    parts = []
+    links = 0
+    while pending:
+      part = pending.pop()
+      if part == "" or part == ".":
+        continue
+      if part == "..":
+        if parts:
+          parts.pop()
+        continue
+      here = "/" + "/".join(parts + [part])
+      try:
+        mode = lstat(here).st_mode
+      except failed:
+        parts.append(part)  # missing: taken literally, like realpath
+        continue
+      if mode & 0o170000 == 0o120000:
+        links += 1
+        try:
+          target = readlink(here)
+        except failed:
+          return None
+        if links > 40:
+          return None
+        if target.startswith("/"):
+          parts = []
+        pending.extend(target.split("/")[::-1])
+        continue
+      parts.append(part)
+    return "/" + "/".join(parts)
+
+  def inside(path):
+    if subclass(kind(path), integer):
+      return True  # an already-open descriptor
+    path = as_text(path)
+    full = None if path is None else resolve(path)
+    if full is None:
+      return False
+    return full == root or full.startswith(root + "/") or full == "/dev/null"
+
+  def shown(path):
+    return show(path) if subclass(kind(path), (text, data, integer)) else (
+      "<path object>")
+
+  def guard(event, args):
+    if event == "open":
+      path, mode, flags = args
+      writing = (subclass(kind(flags), integer) and flags & write_flags) or (
+        subclass(kind(mode), text)
+        and ("w" in mode or "a" in mode or "x" in mode or "+" in mode))
+      if writing and not inside(path):
+        report(86, "writing outside the sandbox directory: %s" % shown(path))
+    elif event in mutating:
+      for i in mutating[event]:
+        if i < size(args) and not inside(args[i]):
+          report(86, "%s outside the sandbox directory: %s"
+                 % (event, shown(args[i])))
+    elif event in network:
+      report(86, "network access is disabled in the sandbox (%s)" % event)
+    elif event in special:
+      report(86, "creating FIFOs and device nodes is disabled in the sandbox"
+             " (%s)" % event)
+    elif event.startswith("ctypes."):
+      report(86, "ctypes is disabled in the sandbox (%s)" % event)
+    elif event in introspection:
+      report(86, "inspecting the garbage collector is disabled in the"
+             " sandbox (%s)" % event)
+    elif event == "object.__setattr__" and args[1] == "__code__":
+      report(86, "replacing a function's code is disabled in the sandbox")
+    elif event in process and not allow_subprocess:
+      report(86, "starting processes is disabled in the sandbox (%s)" % event)
+
+  def stand_in(name, audit):
+    def refuse(*args, **kwargs):
+      audit(name, args[:1])
+      raise PermissionError("%s is disabled in the sandbox" % name)
+    return refuse
+
+  for name in ("mkfifo", "mknod"):
+    refuse = stand_in("os." + name, sys.audit)
+    setattr(os, name, refuse)
+    setattr(posix, name, refuse)
+  sys.addaudithook(guard)
+
 
 sys.dont_write_bytecode = True
-sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.realpath(cfg["root"]))
 code = compile(cfg["code"], "<sandbox>", "exec")
 sys.argv = ["<sandbox>"]
-sys.addaudithook(guard)
-del cfg
+main = type(sys)("__main__")
+main.__builtins__ = __builtins__
+sys.modules["__main__"] = main
+# The guard's report closes over its own cells, not `report` above.
+_install(os.path.realpath(cfg["root"]), cfg["allow_subprocess"],
+         _reporter(cfg["status_fd"], (sys.stdout, sys.stderr), os.write,
+                   os._exit))
+for _name in ("cfg", "report", "_reporter", "_install", "name", "res",
+              "soft", "hard", "value", "null", "e"):
+  globals().pop(_name, None)
 try:
-  exec(code, {"__name__": "__main__", "__builtins__": __builtins__})
+  exec(code, main.__dict__)
 except MemoryError:
-  report(87, "memory limit exceeded (MemoryError)")
+  for stream in (sys.stdout, sys.stderr):
+    try:
+      stream.flush()
+    except BaseException:
+      pass
+  os._exit(87)
 """
 
 
@@ -404,15 +542,50 @@ class Sandbox:
       raise ValueError(f"path {relative!r} is outside the sandbox")
     return full
 
+  def _open_regular(self, full: Path, flags: int) -> int:
+    """A descriptor for the regular file `full`; never blocks.
+
+    Code in the sandbox may have put a FIFO, device node, directory or
+    symlink where we expect a file: opening a FIFO for reading would block
+    forever. So: refuse anything but a regular file (ValueError), open with
+    O_NONBLOCK and O_NOFOLLOW, and check the opened file again.
+    """
+    try:
+      mode = os.lstat(full).st_mode
+    except FileNotFoundError:
+      if not flags & os.O_CREAT:
+        raise
+    else:
+      if not stat.S_ISREG(mode):
+        raise ValueError(f"{full.name!r} in the sandbox is not a regular file")
+    fd = os.open(
+      full, flags | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644
+    )
+    try:
+      if not stat.S_ISREG(os.fstat(fd).st_mode):
+        raise ValueError(f"{full.name!r} in the sandbox is not a regular file")
+    except BaseException:
+      os.close(fd)
+      raise
+    return fd
+
   def write_file(self, relative: str, text: str) -> Path:
+    """Writes a regular file in the sandbox (ValueError: escapes, or a
+    non-regular file is in the way; OSError: cannot write)."""
     full = self.path(relative)
     full.parent.mkdir(parents=True, exist_ok=True)
-    full.write_text(text)
+    fd = self._open_regular(full, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    with open(fd, "w", encoding="utf-8") as f:
+      f.write(text)
     self._give_to_child(full)
     return full
 
   def read_file(self, relative: str) -> str:
-    return self.path(relative).read_text()
+    """Reads a regular file in the sandbox (ValueError: escapes or is not a
+    regular file; OSError: cannot read)."""
+    fd = self._open_regular(self.path(relative), os.O_RDONLY)
+    with open(fd, encoding="utf-8") as f:
+      return f.read()
 
   def _give_to_child(self, start: Path) -> None:
     """Makes host-written files owned (so writable) by the sandbox uid."""
@@ -421,7 +594,7 @@ class Sandbox:
     for path in [start, *start.parents]:
       if path == self.root or self.root not in path.parents:
         break
-      os.chown(path, self.uid, self.uid)
+      os.lchown(path, self.uid, self.uid)
 
   def _chown_all(self) -> None:
     if self.uid is None:

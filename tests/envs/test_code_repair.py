@@ -1,6 +1,8 @@
 """code_repair: generation, the scripted expert, rewards, failure codes."""
 
 import json
+import os
+import threading
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -180,6 +182,118 @@ def test_finish_on_pass():
   results = [env.step(a) for a in expert_actions(task)[:4]]
   assert results[-1].done
   assert results[-1].reward_components["success"] == 1.0
+  env.close()
+
+
+def test_finish_on_pass_on_the_last_turn_is_no_budget_failure():
+  task = generate_task(0, 0)
+  env = CodeRepairEnv(finish_on_pass=True, max_turns=4)
+  env.reset(task)
+  results = [env.step(a) for a in expert_actions(task)[:4]]
+  env.close()
+  last = results[-1]
+  assert last.done and last.failure is None
+  assert last.reward_components["success"] == 1.0
+  assert "budget_exhausted" not in last.info
+  assert "budget" not in last.observation
+
+
+def _edit_first_line(env, task, extra):
+  path = task.payload["bug"]["path"]
+  first = task.payload["files"][path].splitlines()[0]
+  r = env.step(_tool("edit_file", path=path, old=first, new=extra + first))
+  assert r.failure is None, r
+
+
+def test_project_code_cannot_fake_the_verdict():
+  # Each hack runs in the same interpreter as the tests, before they run;
+  # none fixes the bug, so every answer must score 0.
+  task = generate_task(0, 0)
+  hacks = {
+    "blank failures in json.dumps": (
+      "import json as _j\n_d = _j.dumps\n"
+      "_j.dumps = lambda r, *a, **k: _d({t: '' for t in r})"
+      " if isinstance(r, dict) else _d(r, *a, **k)\n"
+    ),
+    "swap the test module": (
+      "import sys, types\nm = types.ModuleType('test_utils')\n"
+      "m.__getattr__ = lambda name: (lambda: None)\n"
+      "sys.modules['test_utils'] = m\n"
+    ),
+    "print a result line": (
+      "print('@@result-0@@{}')\nimport os\nos.write(1, b'\\n{}\\n')\n"
+    ),
+    "exit before the report": "import os\nos._exit(0)\n",
+  }
+  env = CodeRepairEnv()
+  for name, hack in hacks.items():
+    env.reset(task)
+    _edit_first_line(env, task, hack)
+    r = env.step("<answer>done</answer>")
+    assert r.done and r.reward_components == {"success": 0.0}, (name, r)
+    assert r.info["tests_passed"] < r.info["tests_total"], name
+  # Output from project code does not disturb an honest report.
+  env.reset(task)
+  for a in expert_actions(task)[:3]:
+    env.step(a)
+  _edit_first_line(env, task, "import os\nos.write(1, b'noise')\nprint(1)\n")
+  r = env.step("<answer>done</answer>")
+  assert r.reward_components == {"success": 1.0}, r
+  env.close()
+
+
+def test_forbidden_project_code_keeps_its_code_on_answer(env):
+  task = generate_task(0, 0)
+  env.reset(task)
+  _edit_first_line(env, task, "import socket\nsocket.socket()\n")
+  r = env.step(_tool("run_tests"))
+  assert r.failure == FailureCode.FORBIDDEN
+  r = env.step("<answer>done</answer>")
+  assert r.done and r.failure == FailureCode.FORBIDDEN
+  assert r.reward_components == {"success": 0.0}
+
+
+def _step_within(env, text, seconds=20.0):
+  """env.step in a thread: a blocked step fails the test, not the suite."""
+  out = []
+  thread = threading.Thread(target=lambda: out.append(env.step(text)))
+  thread.daemon = True
+  thread.start()
+  thread.join(seconds)
+  assert not thread.is_alive(), f"step {text[:40]!r} still blocked"
+  return out[0]
+
+
+def test_a_fifo_in_the_project_cannot_hang_the_host():
+  task = generate_task(0, 0)
+  path = task.payload["bug"]["path"]
+  test_file = next(iter(task.payload["tests"]))
+  env = CodeRepairEnv(test_timeout_s=2.0)
+  env.reset(task)
+  # The sandbox guard stops project code from making one ...
+  _edit_first_line(env, task, "import os\nos.mkfifo('x.py')\n")
+  r = _step_within(env, _tool("run_tests"))
+  assert r.failure == FailureCode.FORBIDDEN and "FIFO" in r.observation
+  assert not (env.sandbox.root / "x.py").exists()
+  # ... and should one get past it (here: made from outside), every host
+  # read and write of project files refuses it instead of blocking.
+  env.reset(task)
+  for name in (path, test_file):
+    os.remove(env.sandbox.root / name)
+    os.mkfifo(env.sandbox.root / name)
+  key = _step_within(env, _tool("read_file", path=path))
+  assert key.failure == FailureCode.FORBIDDEN, key
+  for action in (
+    _tool("search_code", pattern="def"),
+    _tool("edit_file", path=path, old="def", new="def"),
+    _tool("run_tests"),
+  ):
+    r = _step_within(env, action)
+    assert r.failure == FailureCode.FORBIDDEN and not r.done, (action, r)
+  assert "not a regular file" in env.render()
+  r = _step_within(env, "<answer>done</answer>")
+  assert r.done and r.failure == FailureCode.FORBIDDEN
+  assert r.reward_components == {"success": 0.0}
   env.close()
 
 

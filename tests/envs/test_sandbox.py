@@ -2,6 +2,8 @@
 
 import os
 import socket
+import stat
+import threading
 import time
 
 import pytest
@@ -190,3 +192,108 @@ def test_without_private_uid_the_guard_and_sweep_still_work():
   if os.geteuid() == 0:
     with pytest.raises(ValueError, match="private uid"):
       Sandbox(drop_privileges=False, allow_subprocess=True)
+
+
+def _within(seconds, fn):
+  """Runs fn in a thread; fails (rather than hangs) if it blocks."""
+  out = {}
+
+  def target():
+    try:
+      out["value"] = fn()
+    except BaseException as e:  # noqa: BLE001 - handed to the test
+      out["error"] = e
+
+  thread = threading.Thread(target=target, daemon=True)
+  thread.start()
+  thread.join(seconds)
+  assert not thread.is_alive(), f"still blocked after {seconds} s"
+  return out
+
+
+def test_guard_survives_rebinding_what_user_code_can_reach(tmp_path):
+  target = tmp_path / "escape.txt"
+  os.chmod(tmp_path, 0o777)
+  server = socket.socket()
+  server.bind(("127.0.0.1", 0))
+  server.listen()
+  server.settimeout(0.3)
+  port = server.getsockname()[1]
+  unhook = (
+    "import builtins, os, os.path, posixpath, socket, sys\n"
+    "m = sys.modules['__main__']\n"
+    "m.inside = lambda p: True\n"
+    "m.NETWORK = m.MUTATING = frozenset()\n"
+    "m.report = lambda *a: None\n"
+    "os.path.realpath = posixpath.abspath = lambda p: os.getcwd()\n"
+    "builtins.len = lambda x: 0\n"
+    "builtins.any = lambda x: False\n"
+    "f = sys._getframe()\n"
+    "while f is not None:\n"
+    "  for k in [k for k in f.f_globals if k not in ('os', 'socket', 'f')]:\n"
+    "    f.f_globals[k] = None\n"
+    "  f = f.f_back\n"
+  )
+  attempts = (
+    f"open({str(target)!r}, 'w').write('x')",
+    f"os.mkdir({str(tmp_path / 'd')!r})",
+    f"socket.socket().connect(('127.0.0.1', {port}))",
+  )
+  try:
+    # Also without the kernel layers, where the guard is all there is.
+    for kwargs in ({}, {"drop_privileges": False, "isolate_network": False}):
+      with Sandbox(**kwargs) as sb:
+        for attempt in attempts:
+          r = sb.run(code=unhook + attempt)
+          assert r.failure == FailureCode.FORBIDDEN, (kwargs, attempt, r)
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(socket.timeout):
+      server.accept()
+  finally:
+    server.close()
+
+
+def test_guard_cannot_be_reached_through_the_collector(sandbox):
+  for code in (
+    "import gc; gc.get_objects()",
+    "import gc; gc.get_referrers(print)",
+    "def f(): pass\nf.__code__ = (lambda: 1).__code__",
+  ):
+    r = sandbox.run(code=code)
+    assert r.failure == FailureCode.FORBIDDEN, (code, r)
+
+
+def test_fifos_and_device_nodes_are_forbidden(sandbox):
+  for code in (
+    "import os; os.mkfifo('f')",
+    "import os, stat; os.mknod('f', stat.S_IFIFO | 0o600)",
+    "import posix; posix.mkfifo('f')",
+  ):
+    r = sandbox.run(code=code)
+    assert r.failure == FailureCode.FORBIDDEN, (code, r)
+    assert "FIFO" in r.error
+  assert not (sandbox.root / "f").exists()
+
+
+def test_host_file_access_refuses_special_files_without_blocking(sandbox):
+  # What code that got past the guard can leave behind: a FIFO where a file
+  # was (opening it would block forever), a symlink out, a directory.
+  sandbox.write_file("ok.py", "x = 1\n")
+  os.mkfifo(sandbox.root / "fifo.py")
+  os.symlink("/etc/hostname", sandbox.root / "out.py")
+  os.symlink("ok.py", sandbox.root / "alias.py")
+  os.mkdir(sandbox.root / "dir.py")
+  for name in ("fifo.py", "out.py", "dir.py"):
+    for op in (
+      lambda name=name: sandbox.read_file(name),
+      lambda name=name: sandbox.write_file(name, "y = 2\n"),
+    ):
+      out = _within(5, op)
+      assert isinstance(out.get("error"), ValueError), (name, out)
+  assert stat.S_ISFIFO(os.lstat(sandbox.root / "fifo.py").st_mode)
+  # Regular files, also through a symlink that stays inside, still work.
+  assert sandbox.read_file("alias.py") == "x = 1\n"
+  sandbox.write_file("alias.py", "z = 3\n")
+  assert sandbox.read_file("ok.py") == "z = 3\n"
+  with pytest.raises(FileNotFoundError):
+    sandbox.read_file("missing.py")
