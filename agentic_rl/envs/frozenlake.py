@@ -2,7 +2,8 @@
 
 The agent walks from S to G on a grid of frozen (F) cells and holes (H).
 Holes and the goal end the episode; reaching G pays 1 (reward component
-`success`, 0 on every other step). In the slippery
+`success`, 0 on every other step); a valid turn that uses up `max_steps`
+on the ice ends it with `FailureCode.BUDGET_EXHAUSTED`. In the slippery
 variant a move goes the intended way with probability 1/3 and to each of the
 two perpendicular directions with (1 - 1/3) / 2, computed as gymnasium does
 so that `transition_model()` equals `gymnasium.make("FrozenLake-v1",
@@ -28,7 +29,7 @@ import numpy as np
 
 from agentic_rl.envs.base import Environment, StepResult, episode_over, register
 from agentic_rl.envs.sokoban import parse_moves
-from agentic_rl.types import Task
+from agentic_rl.types import FailureCode, Task
 
 MOVES = ("Left", "Down", "Right", "Up")
 MOVE_INDEX = {m.lower(): i for i, m in enumerate(MOVES)}
@@ -279,12 +280,17 @@ class FrozenLake(Environment):
       if terminated or self.steps >= self.max_steps:
         break
     self.done = terminated or self.steps >= self.max_steps
+    # Out of moves on the ice: the policy never finished (diagnose:
+    # could_not); a hole or G on the last move is a result, not a stall.
+    failure = (
+      None if terminated or not self.done else FailureCode.BUDGET_EXHAUSTED
+    )
     info: dict[str, Any] = {"path": path}
     return StepResult(
       self._frames[self.s],
       {"success": float(reward)},
       self.done,
-      None,
+      failure,
       key,
       info,
     )

@@ -23,13 +23,18 @@ outcome key); earlier wrong attempts get 0 and their own score in
 up an attempt.
 
 Every family in `OFFLINE_FAMILIES` is tested to build, verify its own answer
-and never touch the network; most others work too (procedural generators
-with data bundled in the package).
+and never touch the network. Only families in `SAFE_FAMILIES` are accepted:
+their verifiers were read and only compare or parse the answer text. Others
+are refused at construction (and at reset), because some verifiers evaluate
+the answer: polynomial_multiplication, simple_integration, puzzle24,
+countdown, ... pass it to `sympy.parse_expr`, which runs it as Python, so a
+policy could run code on the host or hang it (`9**9**9**9`) in-process.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 from typing import Any
 
 from reasoning_gym import factory
@@ -56,13 +61,86 @@ OFFLINE_FAMILIES = (
   "mini_sudoku",
 )
 
+# Families whose `score_answer` was read (reasoning-gym SAFE_FAMILIES_VERSION)
+# and only compares or parses the answer text (str ops, json, int, Decimal, a
+# linear regex): no eval, no sympy, nothing that can run code or hang on
+# policy text. Extend only after reading the verifier.
+SAFE_FAMILIES = (
+  # The base class verifier: exact or substring match.
+  "acre",
+  "aiw",
+  "arc_1d",
+  "base_conversion",
+  "basic_arithmetic",
+  "bf",
+  "binary_alternation",
+  "caesar_cipher",
+  "count_bits",
+  "count_primes",
+  "course_schedule",
+  "gcd",
+  "isomorphic_strings",
+  "largest_island",
+  "lcm",
+  "leg_counting",
+  "letter_counting",
+  "list_functions",
+  "mahjong_puzzle",
+  "maze",
+  "modulo_grid",
+  "number_filtering",
+  "number_sequence",
+  "ransom_note",
+  "rotate_matrix",
+  "rotten_oranges",
+  "simple_equations",
+  "simple_geometry",
+  "string_manipulation",
+  "string_splitting",
+  "string_synthesis",
+  "syllogism",
+  "word_sequence_reversal",
+  # Own verifiers: str ops, json, int, Decimal, a linear regex.
+  "chain_sum",
+  "fraction_simplification",
+  "gsm_symbolic",
+  "mini_sudoku",
+  "number_sorting",
+  "prime_factorization",
+  "spell_backward",
+)
+# The distribution's version: reasoning_gym.__version__ is stale (0.1.19).
+SAFE_FAMILIES_VERSION = "0.1.25"
+INSTALLED_VERSION = importlib.metadata.version("reasoning-gym")
+
+
+def check_family(family: str) -> None:
+  """Raises unless `family` exists and its verifier is safe to run here."""
+  if family not in factory.DATASETS:
+    raise ValueError(
+      f"unknown reasoning-gym family {family!r}; "
+      f"known: {sorted(factory.DATASETS)}"
+    )
+  if family not in SAFE_FAMILIES:
+    raise ValueError(
+      f"reasoning-gym family {family!r} is not in SAFE_FAMILIES: its "
+      "score_answer has not been checked to only parse the answer (some, "
+      "e.g. polynomial_multiplication, evaluate it with sympy), so scoring "
+      "policy text with it could run code or hang"
+    )
+  if INSTALLED_VERSION != SAFE_FAMILIES_VERSION:
+    raise ValueError(
+      f"SAFE_FAMILIES was checked against reasoning-gym "
+      f"{SAFE_FAMILIES_VERSION}, installed is {INSTALLED_VERSION}; re-read "
+      "the verifiers and update it"
+    )
+
 
 def build_item(
   family: str, seed: int, level: int, overrides: dict[str, Any]
 ) -> tuple[Any, dict[str, Any]]:
   """The dataset and its single item for (family, seed, curriculum level)."""
-  if family not in factory.DATASETS:
-    raise ValueError(f"unknown reasoning-gym family {family!r}")
+  check_family(family)
   dataset_cls, config_cls = factory.DATASETS[family]
   base = {**overrides, "seed": seed, "size": 1}
   if factory.has_curriculum(family):
@@ -95,11 +173,7 @@ class ReasoningGym(Environment):
     max_attempts: int = 1,
     config: dict[str, Any] | None = None,
   ):
-    if family not in factory.DATASETS:
-      raise ValueError(
-        f"unknown reasoning-gym family {family!r}; "
-        f"known: {sorted(factory.DATASETS)}"
-      )
+    check_family(family)
     if max_attempts < 1:
       raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
     self.family = family
@@ -142,7 +216,11 @@ class ReasoningGym(Environment):
     return [f"<answer>{_text(item['answer'])}</answer>"]
 
   def score(self, answer: str) -> float:
-    """The dataset's verifier; a verifier crash scores 0, never raises."""
+    """The dataset's verifier; a verifier crash scores 0, never raises.
+
+    In-process is safe only because `check_family` admits verifiers that
+    parse text in near-linear time; see `SAFE_FAMILIES`.
+    """
     try:
       return float(self.dataset.score_answer(answer, self.item))
     except Exception:  # noqa: BLE001 - the contract is "never raises"

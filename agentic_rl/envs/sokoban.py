@@ -18,6 +18,8 @@ is a legal no-op, as in gym-sokoban; only text that names no move fails.
 Rewards follow RAGEN's defaults and are reported as separate components:
 `step` -0.1 per move taken (or per failed turn), `box` +1 for each push onto a
 target and -1 for each push off one, `solved` +10 when the last box lands.
+A valid turn that uses up `max_steps` unsolved ends the episode with
+`FailureCode.BUDGET_EXHAUSTED`.
 
 Levels are made by reverse play: boxes start on their targets and a random
 walker pulls them away, so every level is solvable by construction; the A*
@@ -568,11 +570,13 @@ class Sokoban(Environment):
       components["solved"] = self.solve_reward
     self._on_target = on_target
     self.done = solved or self.steps >= self.max_steps
+    # Out of moves unsolved: the policy never finished (diagnose: could_not).
+    failure = None if solved or not self.done else FailureCode.BUDGET_EXHAUSTED
     return StepResult(
       self._render(state),
       components,
       self.done,
-      None,
+      failure,
       key,
       {
         "moves": taken,

@@ -27,7 +27,7 @@ from flax import nnx
 from safetensors import safe_open
 
 from agentic_rl.models.config import ModelConfig, RopeScaling
-from agentic_rl.models.transformer import Transformer
+from agentic_rl.models.transformer import Dense, Transformer
 
 CONFIG_FILE = "config.json"
 SINGLE_FILE = "model.safetensors"
@@ -407,11 +407,24 @@ def load_pretrained(
 
 
 def to_hf_state_dict(model: Transformer) -> dict[str, np.ndarray]:
-  """The model's weights under HF names and layouts (numpy, weight dtype)."""
+  """The model's weights under HF names and layouts (numpy, weight dtype).
+
+  Kernels stored out-dims first (`with_kernels_out_first`) are put back in
+  the in_shape + out_shape layout the conversion table expects.
+  """
   state = dict(nnx.to_flat_state(nnx.state(model, nnx.Param)))
+  # kernel path -> the transpose that undoes the module's out-first layout
+  undo = {}
+  for path, module in nnx.iter_graph(model):
+    if isinstance(module, Dense) and module.out_first:
+      ndim = module.kernel[...].ndim
+      n_out = ndim - module.n_in
+      undo[(*path, "kernel")] = (*range(n_out, ndim), *range(n_out))
   out = {}
   for name, path, _, to_hf in _param_table(model.config):
     value = np.asarray(jax.device_get(state[path][...]))
+    if path in undo:
+      value = np.transpose(value, undo[path])
     out[name] = np.ascontiguousarray(to_hf(value))
   return out
 

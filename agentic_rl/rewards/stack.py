@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import ml_collections
+import numpy as np
 
 from agentic_rl.envs.base import StepResult
 from agentic_rl.envs.failures import FailurePolicy, failure_policies_from_config
@@ -165,21 +167,22 @@ class RewardStack:
       raw["refusal"] = float(
         answered and refusal_lib.is_refusal(answer, phrases)
       )
-      weights["refusal"] = self.refusal_weight
+      weights["refusal"] = float(self.refusal_weight)
 
     score = process_lib.process_score(
       self.process_signals, turns_so_far, turn, dict(env_components)
     )
     _check_finite("process score", score)
+    score = float(score)
     raw["process"] = score
-    weights["process"] = self.process_weight
+    weights["process"] = float(self.process_weight)
 
     trained = True
     if turn.failure is not None:
       policy = self.failure_policies.get(turn.failure)
       if policy is not None:
-        raw["failure"] = policy.reward
-        weights["failure"] = self.failure_weight
+        raw["failure"] = float(policy.reward)
+        weights["failure"] = float(self.failure_weight)
         trained = bool(policy.trained)
 
     judge_value = None
@@ -187,7 +190,7 @@ class RewardStack:
       judge_value = float(self.judge(task, turns_so_far, turn))
       _check_finite("judge output", judge_value)
       raw["judge"] = judge_value
-      weights["judge"] = self.judge_weight
+      weights["judge"] = float(self.judge_weight)
 
     weighted = {k: weights[k] * v for k, v in raw.items()}
     outcome = env_components.get(self.outcome_key_for(task))
@@ -315,7 +318,10 @@ class RewardStack:
 
 
 def _check_finite(what: str, value: float) -> None:
-  if not isinstance(value, int | float) or not math.isfinite(value):
+  # numbers.Real admits Python and numpy ints and floats (np.float32 is not a
+  # float); np.bool_ is admitted like bool, which is an int.
+  real = isinstance(value, numbers.Real | np.bool_)
+  if not real or not math.isfinite(value):
     raise NonFiniteRewardError(f"{what} must be a finite number, got {value!r}")
 
 

@@ -30,6 +30,7 @@ import collections
 import concurrent.futures as cf
 import dataclasses
 import math
+import numbers
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -480,17 +481,30 @@ class Rollout:
     try:
       return self.reward_stack.score_trajectory(trajectory)
     except NonFiniteRewardError as e:
-      # A NaN from an environment must not kill the batch: drop the bad
-      # components, keep the error on the trajectory, score the rest.
-      for turn in trajectory.turns:
-        turn.reward_components = {
-          k: v
-          for k, v in turn.reward_components.items()
-          if isinstance(v, int | float) and math.isfinite(v)
-        }
-      trajectory.termination = Termination.ERROR
-      trajectory.info["error"] = f"non-finite reward: {e}"
-      return self.reward_stack.score_trajectory(trajectory)
+      error = f"non-finite reward: {e}"
+    except Exception as e:
+      if self.reward_stack.judge is None:
+        raise
+      # Only the judge calls out of the stack; anything else it raises is a
+      # config bug, which re-scoring below raises again.
+      error = f"judge failed: {type(e).__name__}: {e}"
+    # A NaN from an environment or a failing judge must not kill the batch:
+    # keep the error on the trajectory, drop the non-finite environment
+    # components and the judge, and score the rest.
+    for turn in trajectory.turns:
+      turn.reward_components = {
+        k: v for k, v in turn.reward_components.items() if _finite(v)
+      }
+    trajectory.termination = Termination.ERROR
+    trajectory.info["error"] = error
+    without_judge = dataclasses.replace(self.reward_stack, judge=None)
+    return without_judge.score_trajectory(trajectory)
+
+
+def _finite(value: Any) -> bool:
+  """A finite real number, numpy scalars included (as the reward stack)."""
+  real = isinstance(value, numbers.Real | np.bool_)
+  return real and math.isfinite(value)
 
 
 def _safe_step(env: Environment, text: str) -> tuple[StepResult, str | None]:

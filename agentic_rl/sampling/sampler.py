@@ -356,6 +356,14 @@ class Sampler:
       full[rows] = values
       return full, values
 
+    # Casting to int32 would silently truncate 2.7 to 2 (NaN to garbage).
+    raw = np.broadcast_to(np.asarray(budget, np.float64), (len(rows),))
+    fractional = ~(np.isfinite(raw) & (raw == np.round(raw)))
+    if fractional.any():
+      i = int(np.argmax(fractional))
+      raise ValueError(
+        f"decode: budget of row {rows[i]} must be an integer, got {raw[i]}"
+      )
     budget_S, budgets = per_row(budget, np.int32)
     if budgets.min() < 0:
       raise ValueError(f"decode: budget must be >= 0, got {budget}")
@@ -368,7 +376,8 @@ class Sampler:
     top_p_S[[r for r in range(self.num_slots) if r not in rows]] = 1.0
     if not np.all(np.isfinite(temps)):
       raise ValueError(f"decode: temperature must be finite: {temperature}")
-    if np.any((ps <= 0) | (ps > 1)):
+    # Written so that NaN, which fails every comparison, is out of range.
+    if not np.all((ps > 0) & (ps <= 1)):
       raise ValueError(f"decode: top_p must be in (0, 1]: {top_p}")
     filtered = bool(np.any((ks > 0) | (ps < 1)))
     stop_ids_SxM = self._stop_table(rows, stop_ids)

@@ -200,6 +200,21 @@ def test_failures_and_multi_move_turns():
   assert env.step(answer(0)).failure == FailureCode.BUDGET_EXHAUSTED
 
 
+def test_running_out_of_moves_on_the_ice_is_budget_exhausted():
+  env = envs.make("frozenlake", max_steps=2)
+  env.reset(task_of(MAPS["4x4"], False))
+  r = env.step(answer(0))  # Left into the edge: stays on S
+  assert not r.done and r.failure is None
+  r = env.step(answer(0))
+  assert r.done and r.failure == FailureCode.BUDGET_EXHAUSTED
+  assert r.reward_components == {"success": 0.0}
+  # A hole on the last move is a result, not a stall.
+  env.reset(task_of(MAPS["4x4"], False))
+  env.step(answer(2))  # to 1
+  r = env.step(answer(1))  # to 5, a hole
+  assert r.done and r.failure is None
+
+
 def test_falling_in_a_hole_ends_without_reward():
   env = envs.make("frozenlake")
   env.reset(task_of(MAPS["4x4"], False))

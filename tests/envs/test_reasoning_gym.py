@@ -1,9 +1,13 @@
 """reasoning_gym: offline families, own verifier, difficulty, attempts."""
 
+import dataclasses
+import inspect
 import json
 import socket
 
 import pytest
+from reasoning_gym import factory
+from reasoning_gym.dataset import ProceduralDataset
 
 from agentic_rl import envs
 from agentic_rl.envs import reasoning_gym as rge
@@ -113,3 +117,36 @@ def test_bad_options_raise_at_construction():
     envs.make("reasoning_gym", family="no_such_family")
   with pytest.raises(ValueError, match="max_attempts"):
     envs.make("reasoning_gym", max_attempts=0)
+
+
+@pytest.mark.parametrize(
+  "family",
+  ["polynomial_multiplication", "simple_integration", "puzzle24", "countdown"],
+)
+def test_families_whose_verifier_evaluates_text_are_refused(family):
+  # These verifiers run the answer through sympy.parse_expr, i.e. eval:
+  # `__import__('os').system(...)` would run on the host, `9**9**9**9` hangs.
+  with pytest.raises(ValueError, match="not in SAFE_FAMILIES"):
+    envs.make("reasoning_gym", family=family)
+
+
+def test_reset_refuses_a_task_of_an_unsafe_family():
+  env = envs.make("reasoning_gym", family="chain_sum")
+  task = env.generate_task(0)
+  smuggled = dataclasses.replace(
+    task, payload={**task.payload, "family": "polynomial_multiplication"}
+  )
+  with pytest.raises(ValueError, match="not in SAFE_FAMILIES"):
+    env.reset(smuggled)
+
+
+def test_safe_families_never_evaluate_the_answer():
+  # Structural check on the installed package: every admitted verifier is
+  # either the base class's string match or free of eval/sympy.
+  for family in rge.SAFE_FAMILIES:
+    dataset_cls, _ = factory.DATASETS[family]
+    if dataset_cls.score_answer is ProceduralDataset.score_answer:
+      continue
+    source = inspect.getsource(dataset_cls.score_answer)
+    for word in ("parse_expr", "sympy", "sympify", "exec(", "eval(answer"):
+      assert word not in source, (family, word)

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentic_rl import envs
+from agentic_rl import envs, rewards
 from agentic_rl.envs import sokoban as sk
 from agentic_rl.envs.parsing import parse_tags
-from agentic_rl.types import ActionKind, FailureCode, Task
+from agentic_rl.types import ActionKind, FailureCode, Task, Trajectory, Turn
 
 UP, DOWN, LEFT, RIGHT = range(4)
 
@@ -119,6 +119,42 @@ def test_failures_and_budget():
     assert r.done == (i >= 3)  # each failed turn spends one step of 4
   r = env.step("<answer>Up</answer>")
   assert r.done and r.failure == FailureCode.BUDGET_EXHAUSTED
+
+
+def test_running_out_of_moves_unsolved_is_budget_exhausted():
+  env = envs.make("sokoban", max_steps=2)
+  task = hand_task(ROWS)
+  env.reset(task)
+  turns = []
+  for move in ("Right", "Left"):  # walk to (2,5) and back: nothing pushed
+    r = env.step(f"<answer>{move}</answer>")
+    turns.append(
+      Turn(
+        [1],
+        [2],
+        [0.0],
+        parse_tags(f"<answer>{move}</answer>"),
+        failure=r.failure,
+        reward_components=dict(r.reward_components),
+        state_key=r.state_key,
+      )
+    )
+  assert turns[0].failure is None
+  assert r.done and r.failure == FailureCode.BUDGET_EXHAUSTED
+  assert r.reward_components == {"step": -0.1, "box": 0.0}
+  scored = rewards.RewardStack().score_trajectory(
+    Trajectory(task=task, group_id=0, turns=turns)
+  )
+  # The default budget penalty is 0: the rewards are the moves' -0.1 each.
+  assert [t.reward for t in scored.turns] == pytest.approx([-0.1, -0.1])
+  assert rewards.diagnose(scored) == rewards.COULD_NOT
+
+
+def test_solving_on_the_last_move_is_not_a_failure():
+  env = envs.make("sokoban", max_steps=6, max_actions_per_turn=6)
+  env.reset(hand_task(ROWS))
+  r = env.step("<answer>Up Left Down Up Left Down</answer>")
+  assert r.done and r.info["solved"] and r.failure is None
 
 
 def test_several_moves_per_turn_stop_at_solve():

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
+from agentic_rl import models
 from agentic_rl.models import hf
 
 torch = pytest.importorskip("torch")
@@ -164,6 +165,21 @@ def test_export_round_trip(checkpoints):
     _, path = checkpoints[name]
     want = hf.read_safetensors(path)
     got = hf.to_hf_state_dict(hf.load_pretrained(path))
+    assert sorted(got) == sorted(want)
+    for key, value in want.items():
+      np.testing.assert_array_equal(got[key], value, err_msg=key)
+
+
+def test_export_undoes_kernels_out_first(checkpoints):
+  # q/k/v kernels are 3-d (d_model, heads, head_dim) in_shape + out_shape,
+  # o_proj (heads, head_dim, d_model): a transpose left in place would give
+  # the wrong shapes or, for the square ones, silently wrong tensors.
+  # llama has an untied lm_head, qwen2 q/k/v biases, qwen3 qk-norm.
+  for name in ("llama", "qwen2_sharded", "qwen3"):
+    _, path = checkpoints[name]
+    want = hf.read_safetensors(path)
+    model = models.with_kernels_out_first(hf.load_pretrained(path))
+    got = hf.to_hf_state_dict(model)
     assert sorted(got) == sorted(want)
     for key, value in want.items():
       np.testing.assert_array_equal(got[key], value, err_msg=key)

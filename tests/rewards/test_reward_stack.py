@@ -4,6 +4,7 @@ import dataclasses
 import math
 
 import ml_collections
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -335,6 +336,28 @@ def test_scored_trajectory_json_round_trip_keeps_diagnosis():
   back = Trajectory.from_json(scored.to_json())
   assert back.to_json() == scored.to_json()
   assert rewards.diagnose(back) == rewards.diagnose(scored)
+
+
+def test_numpy_scalar_components_are_finite_numbers():
+  # np.float32 is not a Python float; it is still a finite reward.
+  stack = rewards.from_config(config())
+  comps = {"step": np.float32(-0.5), "success": np.int64(1)}
+  scored = stack.score_trajectory(traj([turn(answer("42"), comps)]))
+  # step -0.5 + success 2*1 + process 0.5*1 (a valid answer)
+  assert scored.turns[0].reward == pytest.approx(2.0)
+  assert scored.outcome == 1.0 and type(scored.outcome) is float
+  rec = scored.info[rewards.TRACE_KEY][0]
+  assert rec["raw"] == {
+    "verifier/step": -0.5,
+    "verifier/success": 1.0,
+    "process": 1.0,
+  }
+  assert all(type(v) is float for v in rec["raw"].values())
+  assert Trajectory.from_json(scored.to_json()).outcome == 1.0
+  with pytest.raises(rewards.NonFiniteRewardError, match="step"):
+    stack.score_trajectory(traj([turn(call(), {"step": np.float32("nan")})]))
+  with pytest.raises(rewards.NonFiniteRewardError, match="step"):
+    stack.score_trajectory(traj([turn(call(), {"step": "1.0"})]))
 
 
 def test_errors():

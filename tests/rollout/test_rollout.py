@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import math
 import threading
 import time
 
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from agentic_rl import envs, models
+from agentic_rl import envs, models, rewards
 from agentic_rl.data.packing import pack
 from agentic_rl.models import build_env_tokenizer
 from agentic_rl.rewards import RewardStack
@@ -245,6 +246,43 @@ def test_env_errors_become_failure_codes(model, tokenizer):
     assert traj.termination == Termination.ERROR
     assert "non-finite" in traj.info["error"]
     assert all(np.isfinite(t.reward) for t in traj.turns)
+
+
+def test_failing_judge_is_recorded_on_its_trajectory(model, tokenizer):
+  def judge(task, turns_so_far, turn):
+    if task.seed == 0:
+      return math.nan
+    return 0.25
+
+  def broken(task, turns_so_far, turn):
+    raise RuntimeError("judge backend down")
+
+  for stack in (
+    RewardStack(judge=judge, judge_final_only=False),
+    RewardStack(judge=broken),
+  ):
+    sampler = Sampler(model, num_slots=4, max_len=MAX_LEN, **KW)
+    config = RolloutConfig(
+      group_size=2, max_turns=4, max_new_tokens=8, max_total_tokens=MAX_LEN
+    )
+    rollout = Rollout(sampler, tokenizer, echo_factory(), stack, config)
+    trajectories = rollout.run(echo_tasks(2), jax.random.PRNGKey(0))
+    assert len(trajectories) == 4
+    for traj in trajectories:
+      raw = [r["raw"] for r in traj.info[rewards.TRACE_KEY]]
+      # Echo: "step" -0.1 before the last turn, "success" 0 or 1 on it.
+      env = [r.get("verifier/step", r.get("verifier/success")) for r in raw]
+      if stack.judge is judge and traj.task.seed == 1:
+        assert traj.termination == Termination.DONE
+        assert [t.reward for t in traj.turns] == pytest.approx(
+          [v + 0.25 for v in env]
+        )
+        continue
+      assert traj.termination == Termination.ERROR
+      assert "judge" in traj.info["error"]
+      assert all("judge" not in r for r in raw)
+      assert [t.reward for t in traj.turns] == pytest.approx(env)
+      assert env[:-1] == pytest.approx([-0.1] * (len(env) - 1))
 
 
 def test_pipeline_overlaps_env_steps_with_decoding(model, tokenizer):

@@ -238,6 +238,24 @@ def test_host_errors_name_the_row(model):
     make_sampler(model, cache_block=0)
 
 
+def test_nan_top_p_and_fractional_budget_are_rejected(model):
+  sampler = make_sampler(model)
+  sampler.prefill([0, 1], [[1, 2, 3], [4, 5]])
+  with pytest.raises(ValueError, match="top_p"):
+    sampler.decode(jax.random.key(0), budget=1, top_p=float("nan"))
+  with pytest.raises(ValueError, match="top_p"):
+    sampler.decode(jax.random.key(0), budget=1, top_p=[0.9, float("nan")])
+  with pytest.raises(ValueError, match="budget of row 1 must be an integer"):
+    sampler.decode(jax.random.key(0), budget=[2, 2.7], rows=[0, 1])
+  with pytest.raises(ValueError, match="budget of row 0 must be an integer"):
+    sampler.decode(jax.random.key(0), budget=float("nan"), rows=[0])
+  # Nothing was dispatched by the failed calls.
+  np.testing.assert_array_equal(sampler.lengths, [3, 2, 0, 0])
+  # An integral float is an integer budget.
+  out = sampler.decode(jax.random.key(0), budget=[2.0, 0], rows=[0, 1])
+  assert [len(t) for t in out.tokens] == [2, 0]
+
+
 def test_rows_outside_the_subset_are_untouched(model):
   sampler = make_sampler(model)
   rng = np.random.default_rng(3)
