@@ -653,25 +653,31 @@ class Transformer(nnx.Module):
     positions_BxL: jax.Array | None = None,
     *,
     with_entropy: bool = False,
+    temperature: float = 1.0,
   ) -> tuple[jax.Array, jax.Array | None]:
     """(logp_BxL, entropy_BxL or None) of the teacher-forced sequences,
     aligned as `losses.token_logp`: the training losses' forward pass.
 
-    With `config.logits_chunk` > 0 (and shorter than L) the vocabulary
-    projection runs in chunks of positions (`losses.chunked_token_logp`),
-    so the [B, L, V] logits never exist at once.
+    Both are of the distribution softmax(logits / `temperature`), the one a
+    sampler at that temperature draws from. With `config.logits_chunk` > 0
+    (and shorter than L) the vocabulary projection runs in chunks of
+    positions (`losses.chunked_token_logp`), so the [B, L, V] logits never
+    exist at once.
     """
     hidden_BxLxD = self.hidden(tokens_BxL, positions_BxL)
+    project = self.vocab_projection()
+    if temperature != 1.0:
+      project = functools.partial(_tempered, project, temperature)
     chunk = self.config.logits_chunk
     if 0 < chunk < tokens_BxL.shape[1]:
       return losses.chunked_token_logp(
         self.final_norm(hidden_BxLxD),
         tokens_BxL,
-        self.vocab_projection(),
+        project,
         chunk,
         with_entropy,
       )
-    logits_BxLxV = self.unembed(hidden_BxLxD)
+    logits_BxLxV = project(self.final_norm(hidden_BxLxD))
     if with_entropy:
       return losses.token_logp_and_entropy(logits_BxLxV, tokens_BxL)
     return losses.token_logp(logits_BxLxV, tokens_BxL), None
@@ -800,6 +806,10 @@ def with_kernels_out_first(model: Transformer) -> Transformer:
     )
     module.out_first = True
   return copy
+
+
+def _tempered(project, temperature: float, h: jax.Array) -> jax.Array:
+  return project(h) / temperature
 
 
 def default_positions(tokens_BxL: jax.Array) -> jax.Array:

@@ -76,8 +76,12 @@ class Checkpointer:
     `host_state` must be JSON-serializable; a `TypeError` names the bad
     value before anything is written.
     """
-    host_state = {} if host_state is None else dict(host_state)
-    json.dumps(host_state)  # fail early and clearly on non-JSON values
+    # A deep copy through JSON: it fails early and clearly on non-JSON
+    # values, and the save, which finishes in the background, cannot see
+    # the caller change nested values after this returns.
+    host_state = json.loads(
+      json.dumps({} if host_state is None else host_state)
+    )
     step = int(jax.device_get(state.step)) if step is None else int(step)
     meta = {"rng_impl": str(jax.random.key_impl(state.rng))}
     return self._manager.save(
@@ -95,6 +99,11 @@ class Checkpointer:
 
   def all_steps(self) -> list[int]:
     return list(self._manager.all_steps())
+
+  def delete(self, step: int) -> None:
+    """Removes the checkpoint of `step` (after pending saves finish)."""
+    self.wait()
+    self._manager.delete(step)
 
   def restore(
     self,

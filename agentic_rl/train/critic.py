@@ -141,9 +141,11 @@ def critic_loss_fn(
   model: nnx.Module, inputs: CriticInputs, clip: float
 ) -> tuple[jax.Array, step_lib.Metrics]:
   value_BxL = model(inputs.tokens_BxL)
-  return losses.value_loss(
+  loss, metrics = losses.value_loss(
     value_BxL, inputs.old_value_BxL, inputs.target_BxL, inputs.mask_BxL, clip
   )
+  weight = step_lib.agg_weight(inputs.mask_BxL, "token-mean")
+  return loss, {**metrics, step_lib.LOSS_WEIGHT: weight}
 
 
 def make_critic_step(config: CriticConfig, layout: Layout):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import jax
@@ -28,8 +28,10 @@ from flax import nnx
 from agentic_rl import losses
 from agentic_rl.train.state import Layout, ModelState, TrainState
 from agentic_rl.train.step import (
+  LOSS_WEIGHT,
   Metrics,
   StepConfig,
+  agg_weight,
   jit_step,
   teacher_terms,
   update_step,
@@ -52,8 +54,18 @@ class DistillConfig:
     losses.check_distill_coefs(self.kd_coef, self.sft_coef)
 
   @classmethod
-  def from_dict(cls, d: Any) -> DistillConfig:
+  def from_dict(cls, d: Any, others: Collection[str] = ()) -> DistillConfig:
+    """The fields of `d`; its keys named in `others` belong to the caller
+    (e.g. the loop's `distill.teacher`). Any other key is a
+    `losses.LossConfigError` naming it, so a typo cannot fall back to a
+    default silently."""
     names = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(d) - names - set(others)
+    if unknown:
+      raise losses.LossConfigError(
+        f"unknown distill keys: {sorted(unknown)} (known: "
+        f"{sorted(names | set(others))})"
+      )
     return cls(**{k: v for k, v in dict(d).items() if k in names})
 
 
@@ -87,6 +99,7 @@ def distill_loss_fn(
   metrics["top1_agreement"] = losses.masked_mean(
     terms["agreement"], batch.loss_mask_BxL
   )
+  metrics[LOSS_WEIGHT] = agg_weight(batch.loss_mask_BxL, agg)
   return loss, metrics
 
 

@@ -28,6 +28,7 @@ from agentic_rl.data.packing import (
 )
 from agentic_rl.train.state import Layout, ModelState, TrainState
 from agentic_rl.train.step import (
+  LOSS_WEIGHT,
   Metrics,
   StepConfig,
   compute_logp,
@@ -166,6 +167,9 @@ def dpo_loss_fn(
   if config.sft_coef:
     loss = loss + config.sft_coef * chosen_nll
     metrics["loss"] = loss
+  # Microbatches weigh by their pairs (exact for the DPO term; the optional
+  # NLL term is a token mean, so with microbatches it is approximate).
+  metrics[LOSS_WEIGHT] = jnp.sum(pair_mask_B)
   return loss, metrics
 
 

@@ -182,6 +182,10 @@ def setup(config, workdir: str) -> Run:
     critic_config = critic_lib.CriticConfig.from_dict(
       _section(config, "critic")
     )
+  if _section(config, "distill").get("teacher"):  # fail before any work
+    distill_lib.DistillConfig.from_dict(
+      _section(config, "distill"), DISTILL_LOOP_KEYS
+    )
   teacher, t_shardings, t_info = rl_teacher(config, rl_loss, mesh)
   state, layout = create_train_state(
     model_config, sft_opt, seed=config.seed, mesh=mesh
@@ -252,11 +256,17 @@ def setup(config, workdir: str) -> Run:
   )
   rl_step = None  # an SFT-only stage builds no RL step (nor its teacher)
   if config.rl.steps:
+    temperature = rl_temperature(rollout.config)
+    if teacher is not None and temperature != 1.0:
+      raise step_lib.DistillError(
+        f"rl.teacher needs rollouts at temperature 1, not {temperature}"
+      )
     rl_step = step_lib.make_train_step(
       step_lib.StepConfig(
         optimizer=rl_opt,
         loss=rl_loss,
         num_microbatches=config.rl.num_microbatches,
+        sampling_temperature=temperature,
       ),
       layout,
       teacher,
@@ -380,6 +390,25 @@ def warm_start(config, source: str, state: TrainState, layout):
   return state, host
 
 
+def rl_temperature(rollout_config: RolloutConfig) -> float:
+  """The temperature of the policy RL trains: the rollouts' (1 for greedy
+  rollouts, whose log-probs are the untempered ones).
+
+  Raises `ValueError` for top-k or top-p rollouts: their behaviour
+  log-probs are of the truncated distribution, so the PPO ratio against
+  the policy would sit below 1 on-policy and clip the gradient of every
+  negative-advantage token; RL samples from the whole distribution.
+  """
+  if rollout_config.top_k or rollout_config.top_p < 1:
+    raise ValueError(
+      f"RL rollouts sample the whole distribution: rollout.top_k="
+      f"{rollout_config.top_k}, rollout.top_p={rollout_config.top_p} would "
+      "make the behaviour log-probs those of a truncated one (set 0 and 1)"
+    )
+  t = rollout_config.temperature
+  return t if t > 0 else 1.0
+
+
 def _pack(trajectories, config) -> TrajectoryBatch:
   return packing.pack(
     trajectories,
@@ -389,20 +418,30 @@ def _pack(trajectories, config) -> TrajectoryBatch:
 
 
 def _save(run: Run) -> None:
+  """Checkpoints the run, keyed by its RL step (0: the end of SFT).
+
+  The RL step, not the optimizer step: the optimizer does not move in a
+  critic-only warm-up step, and a run's checkpoints need distinct keys.
+  """
   run.writer.flush()  # metrics up to this checkpoint survive a kill
+  i = run.host["rl_step"]
   if run.critic is not None:
     # Written (and waited for) first, and one more kept than the run's: a
     # run checkpoint always has its critic, even if a kill cuts in between.
+    # A critic saved at this step before such a kill (the run resumed from
+    # the checkpoint before it) is replaced.
     keep = run.config.checkpoint_keep
     ckpt = Checkpointer(
       str(run.workdir / "critic"), max_to_keep=keep and keep + 1
     )
     try:
-      ckpt.save(run.critic, step=run.host["rl_step"], force=True)
+      if i in ckpt.all_steps():
+        ckpt.delete(i)
+      ckpt.save(run.critic, step=i, force=True)
     finally:
       ckpt.close()
   run.host["task_sampler"] = run.task_sampler.state_dict()
-  run.checkpointer.save(run.state, run.host, force=True)
+  run.checkpointer.save(run.state, run.host, step=i, force=True)
 
 
 def _sync_policy(run: Run) -> None:
@@ -442,7 +481,7 @@ def sft(run: Run) -> None:
     step_fn, prefix = run.sft_step, "sft"
   batch = _pack(demos, run.config)
   # SFT is one unit: the first checkpoint is written when it is done.
-  epochs = -(-cfg.steps * cfg.batch_size // len(demos))
+  epochs = step_lib.epochs_for_steps(cfg.steps, len(demos), cfg.batch_size)
   minibatches = itertools.islice(
     batching.minibatches(
       batch,
@@ -476,6 +515,11 @@ class TeacherError(ValueError):
 
 # Key stream of the teacher's rollouts (RL steps fold in 0, 1, 2, ...).
 _TEACHER_STREAM = 2**31 - 1
+# The `distill` keys the loop reads itself; the rest are `DistillConfig`'s.
+DISTILL_LOOP_KEYS = (
+  "teacher", "num_tasks", "samples_per_task", "rollout_temperature", "keep",
+  "max_per_task",
+)  # fmt: skip
 
 
 def _section(config, name: str) -> dict[str, Any]:
@@ -581,7 +625,7 @@ def distill_data(run: Run, source: str):
       optimizer=OptimizerConfig.from_dict(run.config.sft.optimizer),
       loss=losses.PolicyLossConfig(agg="token-mean"),
     ),
-    distill_lib.DistillConfig.from_dict(cfg),
+    distill_lib.DistillConfig.from_dict(cfg, DISTILL_LOOP_KEYS),
     run.layout,
     teacher.model,
     t_layout.state.model,
@@ -696,7 +740,7 @@ def offline_dpo(run: Run) -> None:
   }
   run.writer.write_scalars(0, {f"dpo/{k}": v for k, v in stats.items()})
   run.host["dpo"] = stats
-  epochs = -(-steps * batch_size // len(chosen))
+  epochs = step_lib.epochs_for_steps(steps, len(chosen), batch_size)
   order = itertools.islice(
     step_lib.minibatch_order(len(chosen), batch_size, epochs, run.config.seed),
     steps,
@@ -741,7 +785,11 @@ def rl_step(run: Run, reference) -> dict[str, float]:
   warmup = run.critic is not None and i < run.critic_config.warmup_steps
   ref_logp_BxL = None
   if reference is not None and not warmup:
-    ref_logp_BxL = step_lib.compute_logp(reference, batch.tokens_BxL)
+    ref_logp_BxL = step_lib.compute_logp(
+      reference,
+      batch.tokens_BxL,
+      temperature=rl_temperature(run.rollout.config),
+    )
   inputs = step_lib.PolicyInputs(batch, adv_BxL, ref_logp_BxL)
   t0 = time.perf_counter()
   minibatches = batching.minibatches(

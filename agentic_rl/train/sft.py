@@ -16,7 +16,14 @@ from flax import nnx
 
 from agentic_rl import losses
 from agentic_rl.train.state import Layout, TrainState
-from agentic_rl.train.step import Metrics, StepConfig, jit_step, update_step
+from agentic_rl.train.step import (
+  LOSS_WEIGHT,
+  Metrics,
+  StepConfig,
+  agg_weight,
+  jit_step,
+  update_step,
+)
 from agentic_rl.types import TrajectoryBatch
 
 
@@ -28,7 +35,10 @@ def sft_loss_fn(
 ) -> tuple[jax.Array, Metrics]:
   """Forward pass + masked negative log-likelihood."""
   logp_BxL, _ = model.token_logp(batch.tokens_BxL)
-  return losses.sft_loss(logp_BxL, batch.loss_mask_BxL, agg, norm_length)
+  loss, metrics = losses.sft_loss(
+    logp_BxL, batch.loss_mask_BxL, agg, norm_length
+  )
+  return loss, {**metrics, LOSS_WEIGHT: agg_weight(batch.loss_mask_BxL, agg)}
 
 
 def sft_step(

@@ -26,10 +26,13 @@ check each step's loss (STYLE.md item 9) one step behind without stalling
 the device, log per-update metrics, and keeps one compiled step for every
 number of minibatches and epochs.
 
-Gradient accumulation: the microbatch losses are averaged, so the update
-equals the full-minibatch update exactly for aggregation modes that average
-rows (`seq-mean-*`) when every microbatch has the same number of valid rows;
-for `token-mean` each microbatch is normalized by its own token count.
+Gradient accumulation: a loss function reports the denominator of its
+mean as the metric `LOSS_WEIGHT` (the trained tokens of a token mean, the
+rows with tokens of a row mean; `agg_weight`), and the microbatches'
+losses, gradients and metrics are averaged with those weights. The update
+then equals the full-minibatch update, whatever the aggregation mode and
+however the trained tokens fall into microbatches. A loss function that
+reports no weight gets equal weights.
 """
 
 from __future__ import annotations
@@ -60,6 +63,9 @@ from agentic_rl.types import TrajectoryBatch
 
 Metrics = dict[str, jax.Array]
 LossFn = Callable[[nnx.Module, Any], tuple[jax.Array, Metrics]]
+# The metric a loss function returns for the weight of its (micro)batch in
+# gradient accumulation (see the module docstring); not logged.
+LOSS_WEIGHT = "loss_weight"
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -95,8 +101,16 @@ class StepConfig:
   optimizer: OptimizerConfig = OptimizerConfig()
   loss: losses.PolicyLossConfig = losses.PolicyLossConfig()
   num_microbatches: int = 1
+  # RL: the temperature the rollouts sampled at. The policy's log-probs in
+  # the loss are those of logits / temperature, the distribution the
+  # behaviour log-probs come from, so the importance ratio is 1 on-policy.
+  sampling_temperature: float = 1.0
 
   def __post_init__(self):
+    if not self.sampling_temperature > 0:
+      raise losses.LossConfigError(
+        f"sampling_temperature must be > 0: {self.sampling_temperature}"
+      )
     if self.num_microbatches < 1:
       raise BatchShapeError(
         f"num_microbatches must be >= 1: {self.num_microbatches}"
@@ -131,6 +145,15 @@ def split_microbatches(inputs: Any, num: int) -> Any:
   return jax.tree.map(one, inputs)
 
 
+def agg_weight(mask_BxL: jax.Array, mode: losses.AggMode) -> jax.Array:
+  """What `losses.aggregate(..., mask_BxL, mode)` divides by: the masked-in
+  tokens for `token-mean`, the rows with at least one of them otherwise."""
+  mask_BxL = mask_BxL > 0
+  if mode == "token-mean":
+    return jnp.sum(mask_BxL).astype(jnp.float32)
+  return jnp.sum(jnp.any(mask_BxL, axis=-1)).astype(jnp.float32)
+
+
 def _finite_or(new: Any, old: Any, ok: jax.Array) -> Any:
   return jax.tree.map(lambda n, o: jnp.where(ok, n, o), new, old)
 
@@ -156,18 +179,27 @@ def update_step(
   m = config.num_microbatches
   if m == 1:
     (loss, metrics), grads = grad_fn(model.params, inputs)
+    metrics = dict(metrics)
+    metrics.pop(LOSS_WEIGHT, None)
   else:
     micro = split_microbatches(inputs, m)
 
-    def accumulate(acc: Any, mb: Any) -> tuple[Any, tuple[Any, Metrics]]:
+    def accumulate(acc: Any, mb: Any) -> tuple[Any, tuple[Any, ...]]:
       (mb_loss, mb_metrics), g = grad_fn(model.params, mb)
-      return jax.tree.map(jnp.add, acc, g), (mb_loss, mb_metrics)
+      mb_metrics = dict(mb_metrics)
+      w = jnp.asarray(mb_metrics.pop(LOSS_WEIGHT, 1.0), jnp.float32)
+      acc = jax.tree.map(lambda a, x: a + w * x, acc, g)
+      return acc, (mb_loss, mb_metrics, w)
 
     zeros = jax.tree.map(jnp.zeros_like, model.params)
-    grad_sum, (loss_M, metrics_M) = jax.lax.scan(accumulate, zeros, micro)
-    grads = jax.tree.map(lambda g: g / m, grad_sum)
-    loss = jnp.mean(loss_M)
-    metrics = jax.tree.map(lambda x: jnp.mean(x, axis=0), metrics_M)
+    grad_sum, (loss_M, metrics_M, w_M) = jax.lax.scan(accumulate, zeros, micro)
+    # Weighted means; no weight at all (no trained token in the minibatch)
+    # means a zero loss and gradient, as in one pass.
+    total = jnp.sum(w_M)
+    scale = jnp.where(total > 0, 1.0 / jnp.maximum(total, 1e-30), 0.0)
+    grads = jax.tree.map(lambda g: g * scale.astype(g.dtype), grad_sum)
+    loss = jnp.sum(w_M * loss_M) * scale
+    metrics = jax.tree.map(lambda x: jnp.sum(w_M * x) * scale, metrics_M)
 
   grad_norm = optax.global_norm(grads)
   ok = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
@@ -404,20 +436,27 @@ def policy_loss_fn(
   inputs: PolicyInputs,
   config: losses.PolicyLossConfig,
   teacher: ModelState | None = None,
+  temperature: float = 1.0,
 ) -> tuple[jax.Array, Metrics]:
   """Forward pass + `losses.policy_loss` on one (micro)batch.
 
-  With a `teacher`, it runs too (no gradient) and its per-token divergence
-  from the policy on the sampled sequences enters the loss at
-  `config.teacher_coef` (on-policy distillation); `teacher_top1_agreement`
-  is logged.
+  The policy's log-probs and entropy are those of logits / `temperature`
+  (the rollouts' sampling temperature). With a `teacher`, it runs too (no
+  gradient) and its per-token divergence from the policy on the sampled
+  sequences enters the loss at `config.teacher_coef` (on-policy
+  distillation); `teacher_top1_agreement` is logged. The teacher path
+  samples at temperature 1 only (`DistillError` otherwise).
   """
   batch = inputs.batch
   div_BxL = agree_BxL = None
   # The model's `logits_chunk` bounds the logits memory on both paths.
   if teacher is None:
     logp_BxL, entropy_BxL = model.token_logp(
-      batch.tokens_BxL, with_entropy=True
+      batch.tokens_BxL, with_entropy=True, temperature=temperature
+    )
+  elif temperature != 1.0:
+    raise DistillError(
+      f"on-policy distillation samples at temperature 1, not {temperature}"
     )
   else:
     terms = teacher_terms(
@@ -451,6 +490,7 @@ def policy_loss_fn(
     metrics["teacher_top1_agreement"] = losses.masked_mean(
       agree_BxL, batch.loss_mask_BxL
     )
+  metrics[LOSS_WEIGHT] = agg_weight(batch.loss_mask_BxL, config.agg)
   return loss, metrics
 
 
@@ -466,7 +506,10 @@ def train_step(
   """One RL update on a minibatch (pure; jit it with `make_train_step`)."""
   inputs = PolicyInputs(batch, adv_BxL, ref_logp_BxL, old_logp_BxL)
   loss_fn = functools.partial(
-    policy_loss_fn, config=config.loss, teacher=teacher
+    policy_loss_fn,
+    config=config.loss,
+    teacher=teacher,
+    temperature=config.sampling_temperature,
   )
   return update_step(state, inputs, loss_fn, config)
 
@@ -513,11 +556,15 @@ def _rl_step(
 # Log-prob recomputation (reference / behaviour policy).
 
 
-@functools.partial(jax.jit, static_argnames=("num_chunks",))
+@functools.partial(jax.jit, static_argnames=("num_chunks", "temperature"))
 def compute_logp(
-  model_state: ModelState, tokens_BxL: jax.Array, num_chunks: int = 1
+  model_state: ModelState,
+  tokens_BxL: jax.Array,
+  num_chunks: int = 1,
+  temperature: float = 1.0,
 ) -> jax.Array:
-  """Token log-probs under `model_state`, aligned as `losses.token_logp`.
+  """Token log-probs under `model_state` (of logits / `temperature`),
+  aligned as `losses.token_logp`.
 
   `num_chunks` > 1 runs the rows in sequential chunks to bound the [B, L, V]
   logits memory. Shardings follow the (committed) inputs.
@@ -527,7 +574,9 @@ def compute_logp(
     raise BatchShapeError(f"{b} rows not divisible into {num_chunks} chunks")
 
   def one(tokens_CxL: jax.Array) -> jax.Array:
-    return model_state.merge().token_logp(tokens_CxL)[0]
+    return model_state.merge().token_logp(tokens_CxL, temperature=temperature)[
+      0
+    ]
 
   if num_chunks == 1:
     return one(tokens_BxL)
@@ -567,6 +616,22 @@ def minibatch_order(
     perm = rng.permutation(num_rows)
     for i in range(num_rows // minibatch_size):
       yield perm[i * minibatch_size : (i + 1) * minibatch_size]
+
+
+def epochs_for_steps(steps: int, num_rows: int, minibatch_size: int) -> int:
+  """Epochs over `num_rows` rows that yield at least `steps` minibatches.
+
+  An epoch yields `num_rows // minibatch_size` full minibatches (the rest
+  of the rows wait for the next epoch's permutation), so the count is
+  ceil(steps / that), not ceil(steps * minibatch_size / num_rows), which
+  falls short whenever the size does not divide the rows.
+  """
+  per_epoch = num_rows // minibatch_size
+  if per_epoch < 1:
+    raise BatchShapeError(
+      f"minibatch_size {minibatch_size} exceeds the {num_rows} rows"
+    )
+  return -(-steps // per_epoch)
 
 
 def _fetch_checked(metrics: Metrics) -> dict[str, float]:

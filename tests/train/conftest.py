@@ -51,7 +51,7 @@ MODEL_CONFIG = get_preset("tiny")
 OPT_CONFIG = st.OptimizerConfig(
   learning_rate=3e-3, warmup_steps=1, weight_decay=0.01, max_grad_norm=1.0
 )
-# seq-mean-token-mean makes microbatch accumulation exact (see step.py).
+# Accumulation is exact in every mode (step.py); this one averages rows.
 STEP_CONFIG = sp.StepConfig(
   optimizer=OPT_CONFIG,
   loss=losses.PolicyLossConfig(

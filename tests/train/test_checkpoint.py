@@ -42,6 +42,36 @@ def test_round_trip_bit_identical(tmp_path, rl_setup):
     assert x.sharding.is_equivalent_to(s, x.ndim)
 
 
+def test_host_state_is_copied_at_save(tmp_path, rl_setup, monkeypatch):
+  """The save finishes in the background, so what it writes must not share
+  nested values with the caller's dict (the loop appends evaluations right
+  after saving; a shallow copy let them into the checkpoint)."""
+  written = []
+  json_save = ck.ocp.args.JsonSave
+  monkeypatch.setattr(
+    ck.ocp.args, "JsonSave", lambda x: written.append(x) or json_save(x)
+  )
+  host = {"evals": [{"rl_step": 0}], "rl_step": 1}
+  with ck.Checkpointer(str(tmp_path)) as mgr:
+    mgr.save(fresh_state(), host, step=1)
+    host["evals"].append({"rl_step": 1})
+    mgr.wait()
+    _, back = mgr.restore(fresh_state(), rl_setup.layout)
+  (saved_host, _meta) = written
+  assert saved_host["evals"] is not host["evals"]
+  assert back == {"evals": [{"rl_step": 0}], "rl_step": 1}
+
+
+def test_delete_frees_a_step_for_a_new_save(tmp_path):
+  with ck.Checkpointer(str(tmp_path), async_save=False) as mgr:
+    mgr.save(fresh_state(), step=3)
+    mgr.save(fresh_state(), step=4)
+    mgr.delete(4)
+    assert mgr.all_steps() == [3]
+    assert mgr.save(fresh_state(), step=4, force=True)
+    assert mgr.all_steps() == [3, 4]
+
+
 def test_errors(tmp_path, rl_setup):
   with ck.Checkpointer(str(tmp_path), async_save=False) as mgr:
     with pytest.raises(ck.CheckpointNotFoundError):

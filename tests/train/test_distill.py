@@ -127,9 +127,14 @@ def test_config_checks():
   with pytest.raises(losses.LossConfigError, match="both 0"):
     distill.DistillConfig(kd_coef=0.0)
   c = distill.DistillConfig.from_dict(
-    {"divergence": "jsd", "beta": 0.3, "teacher": "ignored"}
+    {"divergence": "jsd", "beta": 0.3, "teacher": "ignored"}, ("teacher",)
   )
   assert (c.divergence, c.beta) == ("jsd", 0.3)
+  # A typo is an error naming it, not a silent default (kd_coef 1.0).
+  with pytest.raises(losses.LossConfigError, match="'kd_coeff'"):
+    distill.DistillConfig.from_dict({"kd_coeff": 0.0, "sft_coef": 1.0})
+  with pytest.raises(losses.LossConfigError, match="'teacher'"):
+    distill.DistillConfig.from_dict({"teacher": "x"})
 
 
 # ---------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import jax
 import numpy as np
 import pytest
 
+from agentic_rl import losses
 from agentic_rl.data import trajectory_io
 from agentic_rl.train import critic as critic_lib
 from agentic_rl.train import loop
@@ -248,20 +249,39 @@ def test_ppo_critic_trains_checkpoints_and_resumes_exactly(sft_stage, tmp_path):
 
 
 def test_critic_warmup_holds_the_policy(sft_stage, tmp_path):
+  """Two critic-only steps, each checkpointed (the optimizer step does not
+  move in them: the run's checkpoints are keyed by RL step), then a resume
+  after a kill between the critic's save and the run's, then policy
+  updates."""
   source, _ = sft_stage
-  config = _config(1, estimator="ppo")
+  config = _config(2, estimator="ppo")
   config.init_from = str(source)
-  config.critic.warmup_steps = 1
+  config.critic.warmup_steps = 2
   loop.train(config, str(tmp_path))
-  got, _ = _params(tmp_path, config)
+  got, host = _params(tmp_path, config)
+  assert host["rl_step"] == 2
   want, _ = _params(source, _config(0))
   jax.tree.map(np.testing.assert_array_equal, got, want)
   rows = read_jsonl(str(tmp_path / "logs" / "metrics.jsonl"))
-  (row,) = [r for r in rows if r["step"] == 1]
-  assert "loss" not in row and row["critic/optimizer_step"] > 0
-  config.rl.steps = 2  # after the warm-up the policy trains
+  for step in (1, 2):
+    (row,) = [r for r in rows if r["step"] == step]
+    assert "loss" not in row and row["critic/optimizer_step"] > 0
+  assert sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir()) == [
+    1,
+    2,
+  ]
+  # Killed after the critic of step 2 was saved, before the run's: the
+  # resumed run redoes step 2 and saves its critic there again.
+  # After the warm-up the policy trains (step 3).
+  shutil.rmtree(tmp_path / "checkpoints" / "2")
+  config.rl.steps = 3
   loop.train(config, str(tmp_path))
-  assert "loss" in _rl_rows(tmp_path)[2]
+  assert sorted(int(p.name) for p in (tmp_path / "critic").iterdir()) == [
+    1,
+    2,
+    3,
+  ]
+  assert "loss" in _rl_rows(tmp_path)[3]
   with pytest.raises(critic_lib.CriticConfigError, match="warmup_steps"):
     critic_lib.CriticConfig(warmup_steps=-1)
 
@@ -411,3 +431,17 @@ def test_offline_dpo_without_pairs_is_a_named_error(tmp_path):
   config.offline.dpo_steps = 1
   with pytest.raises(loop.OfflineError, match="0 preference pairs"):
     loop.train(config, str(tmp_path))
+
+
+def test_rl_trains_the_distribution_the_rollouts_sample(tmp_path):
+  from agentic_rl.rollout import RolloutConfig
+
+  assert loop.rl_temperature(RolloutConfig(temperature=0.7)) == 0.7
+  assert loop.rl_temperature(RolloutConfig(temperature=0.0)) == 1.0  # greedy
+  for bad in ({"top_k": 5}, {"top_p": 0.9}):
+    with pytest.raises(ValueError, match="truncated"):
+      loop.rl_temperature(RolloutConfig(**bad))
+  config = _config(1)
+  config.distill = {"teacher": "/nowhere", "kd_coeff": 0.0}
+  with pytest.raises(losses.LossConfigError, match="kd_coeff"):
+    loop.setup(config, str(tmp_path))
