@@ -6,7 +6,10 @@
 `arg` is a comma-separated list: one estimator variant (grpo, dr_grpo, rloo,
 reinforce_pp, raft, gigpo, gigpo_std, turn_discounted, prm_weighted, ppo,
 ppo_token; default gigpo), optionally `quick` (the README's `make run`, a
-few minutes) or `smoke` (a seconds-long run for CI). Any field can be
+few minutes) or `smoke` (a seconds-long run for CI), and optionally
+`curriculum` (difficulties 0-2, unlocked one at a time as the frontier's
+success rate rises) and/or `replay` (a quarter of each update's rows are
+past trajectories, prioritized by |advantage|). Any field can be
 overridden on the command line, e.g. `--config.rl.steps=10`.
 
 Expected (2-core CPU, default size): the SFT policy solves a small fraction
@@ -52,12 +55,13 @@ def _optimizer(lr, warmup=0):
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   parts = [p for p in (arg or "gigpo").split(",") if p]
+  switches = ("smoke", "quick", "curriculum", "replay")
   smoke, quick = "smoke" in parts, "quick" in parts
-  names = [p for p in parts if p not in ("smoke", "quick")] or ["gigpo"]
+  names = [p for p in parts if p not in switches] or ["gigpo"]
   if len(names) != 1 or names[0] not in ESTIMATORS:
     raise ValueError(
-      f"config arg {arg!r}: expected one of "
-      f"{sorted(ESTIMATORS)} and optionally 'quick' or 'smoke'"
+      f"config arg {arg!r}: expected one of {sorted(ESTIMATORS)} and "
+      f"optionally any of {switches}"
     )
 
   c = ml_collections.ConfigDict()
@@ -170,6 +174,31 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     "epochs": 4,
     "warmup_steps": 0,  # RL iterations that train only the critic
   }
+  # Success-rate curriculum over tasks.difficulties (`data.curriculum`;
+  # {}: off, every training task equally likely).
+  c.curriculum = {}
+  if "curriculum" in parts:
+    c.tasks.difficulties = (0, 1, 2)
+    c.tasks.train_counts = (1000, 1000, 1000)
+    c.tasks.eval_counts = (32, 32, 32)
+    c.curriculum = {
+      "promote_threshold": 0.5,
+      "min_episodes": 64,
+      "window": 128,
+      "frontier_weight": 0.7,
+    }
+  # Replay of past trajectories with the advantages they were given
+  # (`data.replay`; {}: off). fraction: replayed rows per fresh one.
+  c.replay = {}
+  if "replay" in parts:
+    c.replay = {
+      "capacity": 512,
+      "mode": "prioritized",
+      "alpha": 1.0,
+      "half_life": 256.0,
+      "fraction": 0.25,
+      "min_size": 64,
+    }
   c.eval_every = 10
   c.checkpoint_every = 10
   c.checkpoint_keep = 2
@@ -184,6 +213,16 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   if smoke:
     c.tasks = {"difficulties": (0,), "train_counts": (16,), "eval_counts": (4,)}
+    if "curriculum" in parts:
+      c.tasks = {
+        "difficulties": (0, 1),
+        "train_counts": (8, 8),
+        "eval_counts": (2, 2),
+      }
+      c.curriculum.update({"min_episodes": 2, "window": 4})
+      c.curriculum.promote_threshold = 0.01  # any success promotes
+    if "replay" in parts:
+      c.replay.update({"capacity": 8, "min_size": 1, "fraction": 0.5})
     c.sampler.num_slots = 8
     c.sampler.max_len = 512
     c.rollout.group_size = 2

@@ -11,7 +11,9 @@ Two modes:
 
 Trajectories with advantage ~0 (every member of their group scored the same)
 carry no gradient under group estimators, which is why |advantage| is the
-priority. The whole buffer serializes (`state_dict`) as JSON-safe data.
+priority. Each trajectory may carry a JSON-safe payload (the RL loop keeps
+its per-turn advantages there, `sample_items` returns them). The whole
+buffer serializes (`state_dict`) as JSON-safe data.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ class ReplayBuffer:
       else (np.random.default_rng(rng))
     )
     self._items: list[Trajectory] = []
+    self._payloads: list[Any] = []
     self._advantages: list[float] = []
     self._added_at: list[int] = []
     self.num_added = 0
@@ -84,8 +87,16 @@ class ReplayBuffer:
     self,
     trajectories: Sequence[Trajectory],
     advantages: Sequence[float] | None = None,
+    payloads: Sequence[Any] | None = None,
   ) -> None:
-    """Adds trajectories, each with the |advantage| that prioritizes it."""
+    """Adds trajectories, each with the |advantage| that prioritizes it
+    and, optionally, a JSON-safe payload kept with it."""
+    if payloads is None:
+      payloads = [None] * len(trajectories)
+    if len(payloads) != len(trajectories):
+      raise ValueError(
+        f"{len(payloads)} payloads for {len(trajectories)} trajectories"
+      )
     if advantages is None:
       if self.mode == "prioritized":
         raise ValueError("prioritized replay needs an advantage per trajectory")
@@ -94,7 +105,9 @@ class ReplayBuffer:
       raise ValueError(
         f"{len(advantages)} advantages for {len(trajectories)} trajectories"
       )
-    for traj, adv in zip(trajectories, advantages, strict=True):
+    for traj, adv, payload in zip(
+      trajectories, advantages, payloads, strict=True
+    ):
       if not math.isfinite(adv):
         raise ValueError(
           f"advantage of trajectory {traj.task.id!r} is not finite: {adv}"
@@ -102,6 +115,7 @@ class ReplayBuffer:
       if len(self._items) >= self.capacity:
         self._evict()
       self._items.append(traj)
+      self._payloads.append(payload)
       self._advantages.append(float(adv))
       self._added_at.append(self.num_added)
       self.num_added += 1
@@ -112,18 +126,22 @@ class ReplayBuffer:
     else:
       # argmin returns the first minimum, and items are kept oldest first.
       victim = int(np.argmin(self.priorities()))
-    for seq in (self._items, self._advantages, self._added_at):
+    for seq in (self._items, self._payloads, self._advantages, self._added_at):
       del seq[victim]
 
   def sample(self, n: int) -> list[Trajectory]:
     """`n` trajectories drawn with replacement."""
+    return [traj for traj, _ in self.sample_items(n)]
+
+  def sample_items(self, n: int) -> list[tuple[Trajectory, Any]]:
+    """`n` (trajectory, payload) pairs drawn with replacement."""
     if not self._items:
       raise ValueError("cannot sample from an empty replay buffer")
     if n < 0:
       raise ValueError(f"cannot sample {n} trajectories")
     p = self.priorities()
     idx = self.rng.choice(len(self._items), size=n, p=p / p.sum())
-    return [self._items[i] for i in idx]
+    return [(self._items[i], self._payloads[i]) for i in idx]
 
   def state_dict(self) -> dict[str, Any]:
     return {
@@ -135,6 +153,7 @@ class ReplayBuffer:
         "eps": self.eps,
       },
       "trajectories": [t.to_dict() for t in self._items],
+      "payloads": list(self._payloads),
       "advantages": list(self._advantages),
       "added_at": list(self._added_at),
       "num_added": self.num_added,
@@ -150,6 +169,7 @@ class ReplayBuffer:
     if len(state["trajectories"]) > self.capacity:
       raise ValueError("replay state holds more trajectories than capacity")
     self._items = [Trajectory.from_dict(d) for d in state["trajectories"]]
+    self._payloads = list(state.get("payloads", [None] * len(self._items)))
     self._advantages = [float(a) for a in state["advantages"]]
     self._added_at = [int(a) for a in state["added_at"]]
     self.num_added = int(state["num_added"])

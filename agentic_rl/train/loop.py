@@ -27,6 +27,11 @@
             update too: its divergence from the policy on the policy's own
             samples is a loss term (`loss.teacher_coef`; on-policy
             distillation, pure with `loss.pg_coef=0`).
+            Optional sections: `curriculum` (a success-rate curriculum
+            over the task difficulties drives the task sampler,
+            `data.curriculum`) and `replay` (past trajectories, with the
+            advantages they were given, join each update as off-policy
+            rows, `data.replay`); both are checkpointed with the run.
 
 Every random choice is a function of (config, seed): task order comes from
 the checkpointed task sampler, rollout keys are folded from the
@@ -52,7 +57,9 @@ import numpy as np
 from agentic_rl import estimators, losses, rewards
 from agentic_rl import sharding as shd
 from agentic_rl.data import packing, trajectory_io
+from agentic_rl.data.curriculum import SuccessRateCurriculum
 from agentic_rl.data.pool import TaskPool
+from agentic_rl.data.replay import ReplayBuffer
 from agentic_rl.models.config import get_preset
 from agentic_rl.models.tokenizer import build_env_tokenizer
 from agentic_rl.rollout import (
@@ -128,6 +135,8 @@ class Run:
   critic: TrainState | None = None
   critic_layout: Any = None
   critic_step: Any = None  # jitted (critic, CriticInputs) -> (critic, metrics)
+  curriculum: SuccessRateCurriculum | None = None
+  replay: ReplayBuffer | None = None
 
 
 def _model_config(config, tokenizer):
@@ -231,6 +240,8 @@ def setup(config, workdir: str) -> Run:
       state, host = warm_start(config, config.init_from, state, layout)
       task_sampler.load_state_dict(host["task_sampler"])
   host.pop("rl_teacher", None)  # e.g. left by a warm start's source
+  curriculum = make_curriculum(config, task_sampler, host)
+  replay = make_replay(config, host)
   if t_info:
     host["rl_teacher"] = t_info
   writer = MetricWriter(
@@ -290,7 +301,125 @@ def setup(config, workdir: str) -> Run:
     sft_step,
     rl_step,
     critic_config,
+    curriculum=curriculum,
+    replay=replay,
   )
+
+
+# ---------------------------------------------------------------------------
+# Curriculum and replay: optional config sections, {} (or absent) for none.
+
+CURRICULUM_KEYS = (
+  "promote_threshold", "min_episodes", "window", "frontier_weight",
+  "initially_unlocked",
+)  # fmt: skip
+REPLAY_KEYS = ("capacity", "mode", "alpha", "half_life", "fraction", "min_size")
+
+
+def _check_keys(section: dict[str, Any], known: tuple[str, ...], name: str):
+  unknown = set(section) - set(known)
+  if unknown:
+    raise ValueError(
+      f"unknown {name} keys: {sorted(unknown)} (known: {sorted(known)})"
+    )
+
+
+def make_curriculum(config, task_sampler, host) -> SuccessRateCurriculum | None:
+  """The run's curriculum over the training tasks' difficulties (section
+  `curriculum`: `SuccessRateCurriculum`'s settings), restored from `host`
+  when the run has one; it sets the task sampler's difficulty weights."""
+  cfg = _section(config, "curriculum")
+  if not cfg:
+    return None
+  _check_keys(cfg, CURRICULUM_KEYS, "curriculum")
+  curriculum = SuccessRateCurriculum(task_sampler.difficulties, **cfg)
+  if "curriculum" in host:
+    curriculum.load_state_dict(host["curriculum"])
+  elif host["rl_step"] > 0:
+    raise ValueError(
+      f"the run was begun without a curriculum; it cannot start one at RL "
+      f"step {host['rl_step']}"
+    )
+  task_sampler.set_difficulty_weights(curriculum.weights())
+  return curriculum
+
+
+def make_replay(config, host) -> ReplayBuffer | None:
+  """The run's replay buffer (section `replay`: `capacity`, `mode`,
+  `alpha`, `half_life` of `ReplayBuffer`; `fraction`, replayed rows per
+  fresh trajectory; `min_size`, the buffer size before any is replayed),
+  restored from `host` when the run has one."""
+  cfg = _section(config, "replay")
+  if not cfg:
+    return None
+  _check_keys(cfg, REPLAY_KEYS, "replay")
+  if estimators.uses_values(config.estimator.name):
+    raise ValueError(
+      "replay needs a critic-free estimator: replayed rows carry the "
+      "advantages they were given, not values"
+    )
+  if not 0 < cfg.get("fraction", 0.25) <= 4:
+    raise ValueError(f"replay.fraction must be in (0, 4]: {cfg['fraction']}")
+  buffer = ReplayBuffer(
+    cfg["capacity"],
+    cfg.get("mode", "prioritized"),
+    alpha=cfg.get("alpha", 1.0),
+    half_life=cfg.get("half_life"),
+    rng=np.random.default_rng([config.seed, 0x5E9]),
+  )
+  if "replay" in host:
+    buffer.load_state_dict(host["replay"])
+  elif host["rl_step"] > 0:
+    raise ValueError(
+      f"the run was begun without replay; it cannot start it at RL step "
+      f"{host['rl_step']}"
+    )
+  return buffer
+
+
+def update_curriculum(run: Run, trajectories) -> dict[str, float]:
+  """Records the rollouts' verdicts; the next tasks follow the new weights.
+  Returns `curriculum/...` metrics."""
+  cur = run.curriculum
+  promoted = sum(
+    cur.update(t.task.difficulty, float(run.stack.succeeded(t)))
+    for t in trajectories
+  )
+  run.task_sampler.set_difficulty_weights(cur.weights())
+  out = {"frontier": float(cur.frontier), "promotions": float(promoted)}
+  for d in cur.difficulties[: cur.unlocked]:
+    rate = cur.success_rate(d)
+    if rate is not None:
+      out[f"success_rate/d{d}"] = rate
+  return {f"curriculum/{k}": v for k, v in out.items()}
+
+
+def with_replay(run: Run, trajectories, adv_BxT: np.ndarray, step: int):
+  """Adds the fresh rollouts to the buffer (priority: mean |advantage| of
+  their turns; payload: their per-turn advantages) after drawing
+  `replay.fraction` as many past ones. Returns (rows, the per-turn
+  advantages of each row, metrics); the fresh rows come first."""
+  cfg = _section(run.config, "replay")
+  n = round(cfg.get("fraction", 0.25) * len(trajectories))
+  past = []
+  if n and len(run.replay) >= cfg.get("min_size", 1):
+    past = run.replay.sample_items(n)
+  turn_adv = [adv_BxT[b, : len(t.turns)] for b, t in enumerate(trajectories)]
+  run.replay.add(
+    trajectories,
+    [float(np.abs(a).mean()) if len(a) else 0.0 for a in turn_adv],
+    payloads=[a.tolist() for a in turn_adv],
+  )
+  rows = list(trajectories) + [t for t, _ in past]
+  turn_adv += [np.asarray(a, np.float32) for _, a in past]
+  metrics = {
+    "replay/size": float(len(run.replay)),
+    "replay/rows": float(len(past)),
+  }
+  if past:
+    lag = [step - t.policy_version for t, _ in past]
+    metrics["replay/policy_lag_mean"] = float(np.mean(lag))
+  return rows, turn_adv, metrics
 
 
 def set_aside_stale_log(logdir: pathlib.Path) -> pathlib.Path | None:
@@ -441,6 +570,10 @@ def _save(run: Run) -> None:
     finally:
       ckpt.close()
   run.host["task_sampler"] = run.task_sampler.state_dict()
+  if run.curriculum is not None:
+    run.host["curriculum"] = run.curriculum.state_dict()
+  if run.replay is not None:
+    run.host["replay"] = run.replay.state_dict()
   run.checkpointer.save(run.state, run.host, step=i, force=True)
 
 
@@ -781,20 +914,35 @@ def rl_step(run: Run, reference) -> dict[str, float]:
     value_BxL = critic_lib.compute_values(run.critic.model, batch.tokens_BxL)
     est = run.estimate(batch, value_BxL)
     adv_BxT, adv_BxL = est.adv_BxT, est.adv_BxL
+  mask = np.asarray(batch.turn_mask_BxT) > 0
+  adv = np.asarray(adv_BxT)[mask]  # the fresh rollouts' (for the metrics)
+  extra_m = {}
+  if run.curriculum is not None:
+    extra_m.update(update_curriculum(run, trajs))
+  train_batch = batch
+  if run.replay is not None:
+    rows, turn_adv, replay_m = with_replay(run, trajs, np.asarray(adv_BxT), i)
+    extra_m.update(replay_m)
+    if len(rows) > len(trajs):
+      train_batch = _pack(rows, config)
+      adv_np = np.zeros(train_batch.turn_mask_BxT.shape, np.float32)
+      for b, row_adv in enumerate(turn_adv):
+        adv_np[b, : len(row_adv)] = row_adv
+      adv_BxL = turns_to_tokens(jnp.asarray(adv_np), train_batch.turn_id_BxL)
   # Critic warm-up: the first iterations train only the critic.
   warmup = run.critic is not None and i < run.critic_config.warmup_steps
   ref_logp_BxL = None
   if reference is not None and not warmup:
     ref_logp_BxL = step_lib.compute_logp(
       reference,
-      batch.tokens_BxL,
+      train_batch.tokens_BxL,
       temperature=rl_temperature(run.rollout.config),
     )
-  inputs = step_lib.PolicyInputs(batch, adv_BxL, ref_logp_BxL)
+  inputs = step_lib.PolicyInputs(train_batch, adv_BxL, ref_logp_BxL)
   t0 = time.perf_counter()
   minibatches = batching.minibatches(
     inputs,
-    batching.row_lengths(batch),
+    batching.row_lengths(train_batch),
     config.length_buckets,
     run.layout,
     minibatch_size=cfg.minibatch_size,
@@ -810,12 +958,11 @@ def rl_step(run: Run, reference) -> dict[str, float]:
   train_s = time.perf_counter() - t0
   run.host["rl_step"] = i + 1
 
-  mask = np.asarray(batch.turn_mask_BxT) > 0
-  adv = np.asarray(adv_BxT)[mask]
   metrics = {
     **eval_metrics(trajs, run.rollout, rollout_m["seconds"]),
     **(_mean_metrics(history) if history else {}),  # none in warm-up
     **critic_m,
+    **extra_m,
   }
   metrics.update(
     {
@@ -826,7 +973,7 @@ def rl_step(run: Run, reference) -> dict[str, float]:
       "train_seconds": train_s,
       "train_tokens_per_s": float(
         cfg.epochs
-        * np.asarray(batch.turn_id_BxL >= 0).sum()
+        * np.asarray(train_batch.turn_id_BxL >= 0).sum()
         / max(train_s, 1e-9)
       ),
     }

@@ -144,6 +144,27 @@ def test_replay_state_round_trip_resumes_sampling():
   np.testing.assert_array_equal(a.priorities(), b.priorities())
 
 
+def test_payloads_stay_with_their_trajectories():
+  """Through eviction, sampling and a JSON round trip (the RL loop keeps
+  per-turn advantages there)."""
+  a = ReplayBuffer(3, mode="prioritized", rng=2)
+  a.add(
+    [traj(0, 0.0, i) for i in range(4)],
+    [0.5, 0.1, 2.0, 1.0],
+    payloads=[[float(i), -1.0] for i in range(4)],
+  )
+  assert ids(a.trajectories) == [0, 2, 3]  # the lowest priority (1) left
+  for t, payload in a.sample_items(12):
+    assert payload == [float(ids([t])[0]), -1.0]
+  b = ReplayBuffer(3, mode="prioritized", rng=7)
+  b.load_state_dict(json.loads(json.dumps(a.state_dict())))
+  assert [(ids([t])[0], p) for t, p in b.sample_items(9)] == [
+    (ids([t])[0], p) for t, p in a.sample_items(9)
+  ]
+  with pytest.raises(ValueError, match="payloads"):
+    a.add([traj(0, 0.0, 9)], [1.0], payloads=[])
+
+
 def test_replay_errors():
   with pytest.raises(ValueError, match="capacity"):
     ReplayBuffer(0)

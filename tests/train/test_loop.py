@@ -257,6 +257,7 @@ def test_critic_warmup_holds_the_policy(sft_stage, tmp_path):
   config = _config(2, estimator="ppo")
   config.init_from = str(source)
   config.critic.warmup_steps = 2
+  config.eval_every = 10  # only at the last step: not what is tested
   loop.train(config, str(tmp_path))
   got, host = _params(tmp_path, config)
   assert host["rl_step"] == 2
@@ -445,3 +446,48 @@ def test_rl_trains_the_distribution_the_rollouts_sample(tmp_path):
   config.distill = {"teacher": "/nowhere", "kd_coeff": 0.0}
   with pytest.raises(losses.LossConfigError, match="kd_coeff"):
     loop.setup(config, str(tmp_path))
+
+
+def test_curriculum_and_replay_drive_rl_and_resume_exactly(tmp_path):
+  """A curriculum over difficulties 0 and 1 (1 locked: never sampled) and
+  replay of past rollouts, both checkpointed: a run resumed before its
+  last step repeats that step exactly, replayed rows included."""
+  config = sokoban.get_config("gigpo,smoke,curriculum,replay")
+  config.sft.steps = 0  # RL from the initial policy: no SFT to compile
+  config.eval_every = 2  # evaluations at steps 0 and 2 only
+  loop.train(config, str(tmp_path))
+  rows = _rl_rows(tmp_path)
+  episodes = config.rl.tasks_per_step * config.rollout.group_size  # 4
+  assert rows[1]["replay/rows"] == 0 and rows[1]["replay/size"] == episodes
+  assert rows[2]["replay/rows"] == episodes // 2  # fraction 0.5
+  assert rows[2]["replay/size"] == 2 * episodes
+  assert rows[2]["replay/policy_lag_mean"] == 1.0  # all from step 1
+  for row in rows.values():
+    assert row["curriculum/frontier"] == 0.0
+    assert "curriculum/success_rate/d0" in row
+    assert "curriculum/success_rate/d1" not in row
+  _, host = _params(tmp_path, config)
+  assert host["curriculum"]["episodes"] == 2 * episodes
+  assert host["curriculum"]["history"]["1"] == []  # locked, never drawn
+  assert host["task_sampler"]["difficulty_weights"] == {"0": 1.0, "1": 0.0}
+  assert len(host["replay"]["trajectories"]) == 2 * episodes
+  # Killed before step 2's checkpoint: the rerun of step 2 is the same.
+  shutil.rmtree(tmp_path / "checkpoints" / "2")
+  loop.train(config, str(tmp_path))
+  twice = [
+    r
+    for r in read_jsonl(str(tmp_path / "logs" / "metrics.jsonl"))
+    if r["step"] == 2 and "loss" in r
+  ]
+  assert len(twice) == 2
+  for key in ("loss", "success_rate", "replay/rows", "curriculum/frontier"):
+    assert twice[0][key] == twice[1][key], key
+  fresh = {"rl_step": 0}
+  with pytest.raises(ValueError, match="critic-free"):
+    loop.make_replay(sokoban.get_config("ppo,smoke,replay"), fresh)
+  bad = sokoban.get_config("gigpo,smoke,replay")
+  bad.replay.capcity = 8
+  with pytest.raises(ValueError, match="capcity"):
+    loop.make_replay(bad, fresh)
+  with pytest.raises(ValueError, match="without replay"):
+    loop.make_replay(sokoban.get_config("gigpo,smoke,replay"), {"rl_step": 3})
