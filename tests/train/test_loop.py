@@ -43,6 +43,10 @@ def _params(workdir: pathlib.Path, config):
 # (same group, collected first) has compiled the same Sokoban smoke
 # programs into the session's compilation cache.
 ON_THE_STRAIGHT_RUN = pytest.mark.xdist_group("sokoban_smoke")
+# Likewise the PPO runs (one critic and policy step program, one worker's
+# jitted-step cache) and the runs that load the SFT stage as a teacher.
+WITH_A_CRITIC = pytest.mark.xdist_group("ppo_smoke")
+WITH_A_TEACHER = pytest.mark.xdist_group("teacher_smoke")
 
 
 @pytest.fixture(scope="module")
@@ -207,6 +211,7 @@ def test_warm_start_may_change_the_rl_optimizer_and_remat(sft_stage, tmp_path):
     loop.setup(bad, str(tmp_path / "bad_sampler"))
 
 
+@WITH_A_CRITIC
 def test_ppo_critic_trains_checkpoints_and_resumes_exactly(sft_stage, tmp_path):
   """PPO with a value model from the shared SFT stage: the critic starts
   at zero values, learns, is checkpointed with the run, and a resumed run
@@ -248,6 +253,7 @@ def test_ppo_critic_trains_checkpoints_and_resumes_exactly(sft_stage, tmp_path):
     loop.setup(bad, str(tmp_path / "bad"))
 
 
+@WITH_A_CRITIC
 def test_critic_warmup_holds_the_policy(sft_stage, tmp_path):
   """Two critic-only steps, each checkpointed (the optimizer step does not
   move in them: the run's checkpoints are keyed by RL step), then a resume
@@ -316,6 +322,7 @@ def _distill_config(teacher: pathlib.Path, source: str = "token"):
   return c
 
 
+@WITH_A_TEACHER
 def test_distill_a_finished_run_into_a_smaller_student(sft_stage, tmp_path):
   teacher, stage = sft_stage
   config = _distill_config(teacher)
@@ -339,6 +346,7 @@ def test_distill_a_finished_run_into_a_smaller_student(sft_stage, tmp_path):
   assert summary["success_after_sft"] is not None
 
 
+@WITH_A_TEACHER
 def test_bad_teachers_are_named_errors(sft_stage, tmp_path):
   teacher, _ = sft_stage
   with pytest.raises(loop.TeacherError, match="no config.json"):
@@ -359,6 +367,7 @@ def test_bad_teachers_are_named_errors(sft_stage, tmp_path):
     loop.train(config, str(tmp_path / "d"))
 
 
+@WITH_A_TEACHER
 def test_on_policy_distillation_from_a_finished_run(sft_stage, tmp_path):
   teacher, stage = sft_stage
   config = distill_configs.get_config("expert,opd,smoke")
@@ -378,6 +387,7 @@ def test_on_policy_distillation_from_a_finished_run(sft_stage, tmp_path):
     assert math.isfinite(row["pg_loss"])
 
 
+@WITH_A_TEACHER
 def test_bad_rl_teachers_are_named_errors(sft_stage, tmp_path):
   teacher, _ = sft_stage
   config = distill_configs.get_config("expert,opd,smoke")
