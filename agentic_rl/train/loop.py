@@ -233,6 +233,16 @@ def setup(config, workdir: str) -> Run:
   warm = checkpointer.latest_step() is None and bool(config.get("init_from"))
   if checkpointer.latest_step() is not None:
     state, host = checkpointer.restore(state, layout)
+    if checkpointer.latest_step() != host["rl_step"]:
+      # Before 2026-12-03 run checkpoints were keyed by optimizer step: new
+      # saves (by RL step) would sort below the old ones and be lost.
+      key = checkpointer.latest_step()
+      raise ValueError(
+        f"{workdir}: its newest checkpoint is keyed {key} but holds RL "
+        f"step {host['rl_step']} (a run written before "
+        "checkpoints were keyed by RL step); resume it with the code it was "
+        "begun with, or start RL from it in a new workdir (config.init_from)"
+      )
     task_sampler.load_state_dict(host["task_sampler"])
   else:  # a start from scratch redoes every logged step
     set_aside_stale_log(workdir / "logs")

@@ -501,3 +501,17 @@ def test_curriculum_and_replay_drive_rl_and_resume_exactly(tmp_path):
     loop.make_replay(bad, fresh)
   with pytest.raises(ValueError, match="without replay"):
     loop.make_replay(sokoban.get_config("gigpo,smoke,replay"), {"rl_step": 3})
+
+
+def test_a_run_checkpointed_by_optimizer_step_is_not_resumed(tmp_path):
+  """Run checkpoints were keyed by optimizer step before they were keyed by
+  RL step; resuming such a run would lose its new checkpoints."""
+  config = _config(1)
+  run = loop.setup(config, str(tmp_path))
+  try:  # as an old run after 3 SFT updates
+    run.checkpointer.save(run.state, run.host, step=3, force=True)
+  finally:
+    run.checkpointer.close()
+    run.writer.close()
+  with pytest.raises(ValueError, match="keyed 3 but holds RL step 0"):
+    loop.setup(config, str(tmp_path))
