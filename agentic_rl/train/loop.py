@@ -343,13 +343,7 @@ def make_curriculum(config, task_sampler, host) -> SuccessRateCurriculum | None:
     return None
   _check_keys(cfg, CURRICULUM_KEYS, "curriculum")
   curriculum = SuccessRateCurriculum(task_sampler.difficulties, **cfg)
-  if "curriculum" in host:
-    curriculum.load_state_dict(host["curriculum"])
-  elif host["rl_step"] > 0:
-    raise ValueError(
-      f"the run was begun without a curriculum; it cannot start one at RL "
-      f"step {host['rl_step']}"
-    )
+  _resume(curriculum, host, "curriculum")
   task_sampler.set_difficulty_weights(curriculum.weights())
   return curriculum
 
@@ -377,14 +371,21 @@ def make_replay(config, host) -> ReplayBuffer | None:
     half_life=cfg.get("half_life"),
     rng=np.random.default_rng([config.seed, 0x5E9]),
   )
-  if "replay" in host:
-    buffer.load_state_dict(host["replay"])
+  _resume(buffer, host, "replay")
+  return buffer
+
+
+def _resume(component, host: dict[str, Any], key: str) -> None:
+  """Loads `host[key]`, the state `_save` keeps, into `component`. A run
+  past RL step 0 without it was begun without the component and cannot
+  gain it halfway (the resumed run would not be the run it continues)."""
+  if key in host:
+    component.load_state_dict(host[key])
   elif host["rl_step"] > 0:
     raise ValueError(
-      f"the run was begun without replay; it cannot start it at RL step "
+      f"the run was begun without {key}; it cannot start it at RL step "
       f"{host['rl_step']}"
     )
-  return buffer
 
 
 def update_curriculum(run: Run, trajectories) -> dict[str, float]:

@@ -499,7 +499,7 @@ def test_curriculum_and_replay_drive_rl_and_resume_exactly(tmp_path):
   bad.replay.capcity = 8
   with pytest.raises(ValueError, match="capcity"):
     loop.make_replay(bad, fresh)
-  with pytest.raises(ValueError, match="without replay"):
+  with pytest.raises(ValueError, match="without replay; it cannot start"):
     loop.make_replay(sokoban.get_config("gigpo,smoke,replay"), {"rl_step": 3})
 
 
