@@ -26,7 +26,12 @@ import jax
 from flax import nnx
 
 from agentic_rl import losses
-from agentic_rl.train.state import Layout, ModelState, TrainState
+from agentic_rl.train.state import (
+  Layout,
+  ModelState,
+  TrainState,
+  check_known_keys,
+)
 from agentic_rl.train.step import (
   LOSS_WEIGHT,
   Metrics,
@@ -59,13 +64,8 @@ class DistillConfig:
     (e.g. the loop's `distill.teacher`). Any other key is a
     `losses.LossConfigError` naming it, so a typo cannot fall back to a
     default silently."""
+    check_known_keys(cls, d, "distill", losses.LossConfigError, others)
     names = {f.name for f in dataclasses.fields(cls)}
-    unknown = set(d) - names - set(others)
-    if unknown:
-      raise losses.LossConfigError(
-        f"unknown distill keys: {sorted(unknown)} (known: "
-        f"{sorted(names | set(others))})"
-      )
     return cls(**{k: v for k, v in dict(d).items() if k in names})
 
 

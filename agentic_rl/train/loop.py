@@ -89,6 +89,7 @@ from agentic_rl.train.state import (
   OptimizerConfig,
   TrainState,
   abstract_train_state,
+  check_known_keys,
   copy_model,
   count_params,
   create_train_state,
@@ -323,15 +324,17 @@ CURRICULUM_KEYS = (
   "promote_threshold", "min_episodes", "window", "frontier_weight",
   "initially_unlocked",
 )  # fmt: skip
-REPLAY_KEYS = ("capacity", "mode", "alpha", "half_life", "fraction", "min_size")
+# Every replay key but `capacity` (required) and its default.
+REPLAY_DEFAULTS = {
+  "mode": "prioritized", "alpha": 1.0, "half_life": None, "fraction": 0.25,
+  "min_size": 1,
+}  # fmt: skip
 
 
-def _check_keys(section: dict[str, Any], known: tuple[str, ...], name: str):
-  unknown = set(section) - set(known)
-  if unknown:
-    raise ValueError(
-      f"unknown {name} keys: {sorted(unknown)} (known: {sorted(known)})"
-    )
+def _replay_config(config) -> dict[str, Any]:
+  """The `replay` section with its defaults filled in ({} when off)."""
+  cfg = _section(config, "replay")
+  return {**REPLAY_DEFAULTS, **cfg} if cfg else {}
 
 
 def make_curriculum(config, task_sampler, host) -> SuccessRateCurriculum | None:
@@ -341,7 +344,7 @@ def make_curriculum(config, task_sampler, host) -> SuccessRateCurriculum | None:
   cfg = _section(config, "curriculum")
   if not cfg:
     return None
-  _check_keys(cfg, CURRICULUM_KEYS, "curriculum")
+  check_known_keys(CURRICULUM_KEYS, cfg, "curriculum", ValueError)
   curriculum = SuccessRateCurriculum(task_sampler.difficulties, **cfg)
   _resume(curriculum, host, "curriculum")
   task_sampler.set_difficulty_weights(curriculum.weights())
@@ -353,22 +356,25 @@ def make_replay(config, host) -> ReplayBuffer | None:
   `alpha`, `half_life` of `ReplayBuffer`; `fraction`, replayed rows per
   fresh trajectory; `min_size`, the buffer size before any is replayed),
   restored from `host` when the run has one."""
-  cfg = _section(config, "replay")
+  check_known_keys(
+    ("capacity", *REPLAY_DEFAULTS), _section(config, "replay"), "replay",
+    ValueError,
+  )  # fmt: skip
+  cfg = _replay_config(config)
   if not cfg:
     return None
-  _check_keys(cfg, REPLAY_KEYS, "replay")
   if estimators.uses_values(config.estimator.name):
     raise ValueError(
       "replay needs a critic-free estimator: replayed rows carry the "
       "advantages they were given, not values"
     )
-  if not 0 < cfg.get("fraction", 0.25) <= 4:
+  if not 0 < cfg["fraction"] <= 4:
     raise ValueError(f"replay.fraction must be in (0, 4]: {cfg['fraction']}")
   buffer = ReplayBuffer(
     cfg["capacity"],
-    cfg.get("mode", "prioritized"),
-    alpha=cfg.get("alpha", 1.0),
-    half_life=cfg.get("half_life"),
+    cfg["mode"],
+    alpha=cfg["alpha"],
+    half_life=cfg["half_life"],
     rng=np.random.default_rng([config.seed, 0x5E9]),
   )
   _resume(buffer, host, "replay")
@@ -410,10 +416,10 @@ def with_replay(run: Run, trajectories, adv_BxT: np.ndarray, step: int):
   their turns; payload: their per-turn advantages) after drawing
   `replay.fraction` as many past ones. Returns (rows, the per-turn
   advantages of each row, metrics); the fresh rows come first."""
-  cfg = _section(run.config, "replay")
-  n = round(cfg.get("fraction", 0.25) * len(trajectories))
+  cfg = _replay_config(run.config)
+  n = round(cfg["fraction"] * len(trajectories))
   past = []
-  if n and len(run.replay) >= cfg.get("min_size", 1):
+  if n and len(run.replay) >= cfg["min_size"]:
     past = run.replay.sample_items(n)
   turn_adv = [adv_BxT[b, : len(t.turns)] for b, t in enumerate(trajectories)]
   run.replay.add(

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, Literal
 
 import flax.struct
@@ -93,13 +93,25 @@ class OptimizerConfig:
 
 
 def check_known_keys(
-  cls: type, d: Any, what: str, error: type[Exception]
+  known: type | Collection[str],
+  d: Any,
+  what: str,
+  error: type[Exception],
+  others: Collection[str] = (),
 ) -> None:
-  """Raises `error` naming the keys of `d` that are not fields of the
-  dataclass `cls` (a config section with a typo fails loudly)."""
-  unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
+  """Raises `error` naming the keys of `d` that are neither fields of
+  `known` (a dataclass, or the names themselves) nor in `others` (keys the
+  caller reads itself): a config section with a typo fails loudly."""
+  names = (
+    {f.name for f in dataclasses.fields(known)}
+    if dataclasses.is_dataclass(known)
+    else set(known)
+  ) | set(others)
+  unknown = set(d) - names
   if unknown:
-    raise error(f"unknown {what} keys: {sorted(unknown)}")
+    raise error(
+      f"unknown {what} keys: {sorted(unknown)} (known: {sorted(names)})"
+    )
 
 
 def make_schedule(config: OptimizerConfig) -> optax.Schedule:

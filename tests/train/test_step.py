@@ -438,10 +438,8 @@ def test_epochs_for_steps_covers_every_step():
   assert sp.epochs_for_steps(5, 10, 4) == 3
   assert sp.epochs_for_steps(150, 63, 32) == 150
   assert sp.epochs_for_steps(8, 8, 4) == 4
-  for epochs, (steps, rows, size) in (
-    (sp.epochs_for_steps(5, 10, 4), (5, 10, 4)),
-    (sp.epochs_for_steps(150, 63, 32), (150, 63, 32)),
-  ):
+  for steps, rows, size in ((5, 10, 4), (150, 63, 32)):
+    epochs = sp.epochs_for_steps(steps, rows, size)
     got = len(list(sp.minibatch_order(rows, size, epochs, seed=0)))
     assert got >= steps
   with pytest.raises(sp.BatchShapeError, match="exceeds"):
