@@ -13,7 +13,9 @@ An ablation config (`configs/ablations/*.py`) returns its base config plus
               ({"rl": {"steps": 5}} is `--config.rl.steps=5`)
   checks      extra runs that are not part of the comparison (e.g. the
               sharded path on simulated devices): dicts with name, env,
-              estimator, seed, overrides and env_vars
+              estimator, seed, overrides, env_vars and optionally
+              from_shared_sft (start RL from the (env, seed) SFT stage,
+              with shared_sft; a stage may restore onto another mesh)
   arms        (optional) named arms that are not a config variant of their
               own: arm name -> {"variant": <an estimator variant>,
               "overrides": {...}}. An entry of `estimators` naming an arm
@@ -266,6 +268,14 @@ def expand(sweep: Any, mesh: tuple[int, ...] | None = None) -> list[RunSpec]:
   ]
   for check in sweep.get("checks", ()) or ():
     c = _as_dict(check, "checks[]")
+    if c.get("from_shared_sft") and (
+      not shared or c.get("seed") not in sweep["seeds"]
+    ):
+      raise SweepSpecError(
+        f"sweep check {c.get('name')!r} starts from a shared SFT stage, but "
+        f"the sweep runs none for seed {c.get('seed')!r} (shared_sft "
+        f"{shared}, seeds {list(sweep['seeds'])})"
+      )
     try:
       runs.append(
         spec(
@@ -276,6 +286,9 @@ def expand(sweep: Any, mesh: tuple[int, ...] | None = None) -> list[RunSpec]:
           _as_dict(c.get("overrides", {}), "checks[].overrides"),
           _as_dict(c.get("env_vars", {}), "checks[].env_vars").items(),
           kind="check",
+          init=sft_name(c["env"], c["seed"])
+          if c.get("from_shared_sft")
+          else "",
         )
       )
     except KeyError as e:

@@ -13,7 +13,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from agentic_rl.train.logging import read_jsonl  # noqa: E402
+from agentic_rl import report  # noqa: E402
 
 
 def main() -> None:
@@ -23,18 +23,23 @@ def main() -> None:
   parser.add_argument("--title", default="")
   args = parser.parse_args()
 
-  rows = read_jsonl(str(pathlib.Path(args.workdir) / "logs" / "metrics.jsonl"))
-  evals = [
-    (r["step"], r["eval/success_rate"])
-    for r in rows
-    if "eval/success_rate" in r
+  rows = report.read_metrics(
+    pathlib.Path(args.workdir) / "logs" / "metrics.jsonl"
+  )
+  # One row per RL step (a resumed run's rewrite wins, as in the report).
+  rl = [r for r in report.rl_rows(rows) if "loss" in r]
+  first = report.sft_eval_row(rows)
+  evals = []
+  if first and "eval/success_rate" in first:
+    evals.append((0, first["eval/success_rate"]))
+  evals += [
+    (r["step"], r["eval/success_rate"]) for r in rl if "eval/success_rate" in r
   ]
-  train = [(r["step"], r["success_rate"]) for r in rows if "loss" in r]
+  train = [(r["step"], r["success_rate"]) for r in rl]
   if not evals or not train:
     raise SystemExit(f"{args.workdir}: no RL or eval rows in metrics.jsonl")
   # RL wall time: from the start of the first RL step (its rollout and
   # update seconds before its row was written) to the last RL row.
-  rl = [r for r in rows if "loss" in r]
   start = rl[0]["time"] - rl[0]["seconds"] - rl[0]["train_seconds"]
   minutes = (rl[-1]["time"] - start) / 60
 

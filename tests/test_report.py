@@ -2,7 +2,10 @@
 
 import json
 import math
+import os
 import pathlib
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -464,3 +467,51 @@ def test_cold_start_rows_are_not_rl_rows():
   ]
   assert report.sft_eval_row(rows) == rows[2]
   assert [r["loss"] for r in report.rl_rows(rows)] == [0.5]
+
+
+def test_plot_run_lists_each_step_once_after_a_resume(tmp_path):
+  """A run resumed from an older log (before stale rows were set aside)
+  holds steps twice; the plot keeps the rewrite, as the report does."""
+  logs = tmp_path / "run" / "logs"
+  logs.mkdir(parents=True)
+  rl = {"seconds": 1.0, "train_seconds": 1.0, "loss": 0.1}
+  rows = [
+    {"step": 3, "time": 0.0, "sft/loss": 1.0},
+    {"step": 0, "time": 1.0, "eval/success_rate": 0.25},
+    {"step": 1, "time": 3.0, "success_rate": 0.5, **rl},
+    {
+      "step": 2,
+      "time": 5.0,
+      "success_rate": 0.0,
+      "eval/success_rate": 0.0,
+      **rl,
+    },
+    {
+      "step": 2,
+      "time": 9.0,
+      "success_rate": 1.0,
+      "eval/success_rate": 0.75,
+      **rl,
+    },
+  ]
+  (logs / "metrics.jsonl").write_text(
+    "".join(json.dumps(r) + "\n" for r in rows)
+  )
+  root = pathlib.Path(__file__).parents[1]
+  out = subprocess.run(
+    [
+      sys.executable,
+      str(root / "scripts" / "plot_run.py"),
+      f"--workdir={tmp_path / 'run'}",
+      f"--out={tmp_path / 'curve.png'}",
+    ],
+    capture_output=True,
+    text=True,
+    check=True,
+    env={**os.environ, "PYTHONPATH": str(root)},
+  ).stdout
+  assert "eval step    0: success 0.250" in out
+  assert "eval step    2: success 0.750" in out
+  assert "success 0.000" not in out
+  assert "RL phase wall time: 0.1 min" in out  # from 1.0 s to 9.0 s
+  assert (tmp_path / "curve.png").stat().st_size > 0

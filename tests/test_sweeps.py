@@ -63,6 +63,15 @@ def _tiny_sweep(**changes) -> ml_collections.ConfigDict:
   return sweep
 
 
+_CHECK = {
+  "name": "c",
+  "env": "sokoban",
+  "estimator": "gigpo",
+  "seed": 0,
+  "from_shared_sft": True,
+}
+
+
 def test_full_sweep_is_the_paired_grid():
   config = sweeps.load_config(ABLATION)
   everything = sweeps.expand(config.sweep)
@@ -107,6 +116,9 @@ def test_smoke_sweep_has_a_sharded_check():
   line = sweeps.shell_command(check, "runs/x")
   assert line.startswith("XLA_FLAGS=--xla_force_host_platform_device_count=8 ")
   assert "'--config.mesh.shape=(2,2,2)'" in line
+  # RL on the mesh starts from seed 0's one-device SFT stage.
+  assert check.init_from_run == "sokoban/sft/seed0"
+  assert "--config.init_from=runs/x/sokoban/sft/seed0" in line
 
 
 @pytest.mark.parametrize("env", ["sokoban", "frozenlake", "search_qa"])
@@ -285,6 +297,8 @@ def test_commands_and_overrides():
     ({"baseline": "rloo"}, "not swept"),
     ({"envs": {"sokoban": "configs/nope.py"}}, "no such file"),
     ({"checks": ({"name": "c", "env": "atari"},)}, "lacks|unknown env"),
+    ({"checks": (_CHECK,)}, "runs none for seed 0"),  # shared_sft off
+    ({"shared_sft": True, "checks": ({**_CHECK, "seed": 7},)}, "seed 7"),
     ({"arms": {"gigpo": {"overrides": {}}}}, "arms"),
     ({"arms": {"gigpo": {"variant": "gigpo", "loss": {}}}}, "arms"),
     ({"arms": {"a/b": {"variant": "gigpo"}}}, "arms"),
@@ -547,7 +561,7 @@ def test_script_prints_one_command_per_unfinished_run(tmp_path):
   # 8 grid runs (one finished) + 4 shared SFT stages + the sharded check.
   assert len(lines) == 2 * 2 * 2 - 1 + 2 * 2 + 1
   assert all("/sft/seed" in line for line in lines[:4])  # stages first
-  assert all("--config.init_from=" in line for line in lines[4:-1])
+  assert all("--config.init_from=" in line for line in lines[4:])
   assert all(sweeps.DISTRIBUTED_ENV + "=1" in line for line in lines)
   assert not any("sokoban/gigpo/seed0 " in line for line in lines)
   assert not (root / "sweep.json").exists()  # printing launches nothing

@@ -371,12 +371,20 @@ class Sampler:
       max(int(budgets.max()), 1), self.budget_buckets, "decode: budget"
     )
     temperature_S, temps = per_row(temperature, np.float32)
+    raw_k = np.broadcast_to(np.asarray(top_k, np.float64), (len(rows),))
+    if not np.all(np.isfinite(raw_k) & (raw_k == np.round(raw_k))):
+      raise ValueError(f"decode: top_k must be an integer: {top_k}")
     top_k_S, ks = per_row(top_k, np.int32)
     top_p_S, ps = per_row(top_p, np.float32)
     top_p_S[[r for r in range(self.num_slots) if r not in rows]] = 1.0
-    if not np.all(np.isfinite(temps)):
-      raise ValueError(f"decode: temperature must be finite: {temperature}")
     # Written so that NaN, which fails every comparison, is out of range.
+    if not np.all(temps >= 0) or not np.all(np.isfinite(temps)):
+      raise ValueError(
+        f"decode: temperature must be finite and >= 0 (0 is greedy): "
+        f"{temperature}"
+      )
+    if ks.min() < 0:
+      raise ValueError(f"decode: top_k must be >= 0 (0 is off): {top_k}")
     if not np.all((ps > 0) & (ps <= 1)):
       raise ValueError(f"decode: top_p must be in (0, 1]: {top_p}")
     filtered = bool(np.any((ks > 0) | (ps < 1)))

@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import pathlib
+import re
 import sys
 import time
 from collections.abc import Mapping
@@ -26,6 +28,8 @@ from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 JSONL_NAME = "metrics.jsonl"
+_TFEVENTS = "tfevents"  # TensorBoard reads files with this in their name
+_STALE = re.compile(r"stale(\d+)")
 _NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
@@ -65,6 +69,63 @@ def read_jsonl(path: str) -> list[dict[str, Any]]:
         row = json.loads(line)
         rows.append({k: _restore(v) for k, v in row.items()})
   return rows
+
+
+def log_mark(logdir: str | os.PathLike) -> dict[str, int]:
+  """Sizes of `logdir`'s metric files (metrics.jsonl, TensorBoard events).
+
+  Taken right after `MetricWriter.flush`, it marks where a checkpoint's log
+  ends; `set_aside_after` cuts the files back to it.
+  """
+  return {
+    p.name: p.stat().st_size
+    for p in sorted(pathlib.Path(logdir).iterdir())
+    if p.is_file() and (p.name == JSONL_NAME or _TFEVENTS in p.name)
+  }
+
+
+def set_aside_after(
+  logdir: str | os.PathLike, mark: Mapping[str, int]
+) -> list[pathlib.Path]:
+  """Moves what was logged after `mark` (from `log_mark`) aside, keeping it.
+
+  A run resumed from a checkpoint repeats every step logged after it (a run
+  started from scratch, `mark` {}, every step): appending would list those
+  steps twice, in metrics.jsonl and in TensorBoard. Each metric file's bytes
+  past its size in `mark`, and all of a file `mark` does not list, move to a
+  stale copy: `metrics.jsonl.stale<N>`, and for an events file its name with
+  "tfevents" replaced by "stale<N>", which TensorBoard does not read. Both
+  formats hold whole records up to a flushed size, so every part stays
+  readable. N is one past the highest in use. Returns the stale paths.
+  """
+  logdir = pathlib.Path(logdir)
+  if not logdir.is_dir():
+    return []
+  moves = [
+    (name, mark.get(name, 0))
+    for name, size in log_mark(logdir).items()
+    if size > mark.get(name, 0) or name not in mark
+  ]
+  if not moves:
+    return []
+  used = [int(m) for p in logdir.iterdir() for m in _STALE.findall(p.name)]
+  n = max(used, default=0) + 1
+  stale = []
+  for name, keep in moves:
+    path = logdir / name
+    if name == JSONL_NAME:
+      target = logdir / f"{JSONL_NAME}.stale{n}"
+    else:
+      target = logdir / name.replace(_TFEVENTS, f"stale{n}")
+    if keep == 0:
+      path.rename(target)
+    else:
+      with open(path, "rb") as f:
+        f.seek(keep)
+        target.write_bytes(f.read())
+      os.truncate(path, keep)
+    stale.append(target)
+  return stale
 
 
 def format_progress(

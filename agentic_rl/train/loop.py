@@ -82,7 +82,7 @@ from agentic_rl.train import distill as distill_lib
 from agentic_rl.train import dpo as dpo_lib
 from agentic_rl.train import step as step_lib
 from agentic_rl.train.checkpoint import Checkpointer
-from agentic_rl.train.logging import JSONL_NAME, MetricWriter
+from agentic_rl.train.logging import MetricWriter, log_mark, set_aside_after
 from agentic_rl.train.sft import make_sft_step
 from agentic_rl.train.state import (
   Layout,
@@ -245,8 +245,10 @@ def setup(config, workdir: str) -> Run:
         "begun with, or start RL from it in a new workdir (config.init_from)"
       )
     task_sampler.load_state_dict(host["task_sampler"])
+    if "log_mark" in host:  # saved since 2026-12-03: rows past it are redone
+      set_aside_after(workdir / "logs", host["log_mark"])
   else:  # a start from scratch redoes every logged step
-    set_aside_stale_log(workdir / "logs")
+    set_aside_after(workdir / "logs", {})
     if warm:
       state, host = warm_start(config, config.init_from, state, layout)
       task_sampler.load_state_dict(host["task_sampler"])
@@ -439,22 +441,6 @@ def with_replay(run: Run, trajectories, adv_BxT: np.ndarray, step: int):
   return rows, turn_adv, metrics
 
 
-def set_aside_stale_log(logdir: pathlib.Path) -> pathlib.Path | None:
-  """Renames a metrics file left by an attempt that saved no checkpoint.
-
-  A run that starts without a checkpoint repeats every step such an attempt
-  logged, so appending would list those steps twice. The old rows move to
-  `metrics.jsonl.stale<N>` (kept, not deleted); returns that path or None.
-  """
-  path = logdir / JSONL_NAME
-  if not path.is_file():
-    return None
-  n = 1
-  while (stale := logdir / f"{JSONL_NAME}.stale{n}").exists():
-    n += 1
-  return path.rename(stale)
-
-
 class WarmStartError(ValueError):
   """`config.init_from` does not name a finished, compatible SFT stage."""
 
@@ -570,6 +556,7 @@ def _save(run: Run) -> None:
   critic-only warm-up step, and a run's checkpoints need distinct keys.
   """
   run.writer.flush()  # metrics up to this checkpoint survive a kill
+  run.host["log_mark"] = log_mark(run.writer.logdir)
   i = run.host["rl_step"]
   if run.critic is not None:
     # Written (and waited for) first, and one more kept than the run's: a

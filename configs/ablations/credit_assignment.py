@@ -122,12 +122,16 @@ def _sharded_check(xla_flags: str = _DEVICES_8) -> dict:
   # The mesh path on one host: 8 simulated CPU devices as (data, fsdp,
   # tensor) = (2, 2, 2). Not compared; the report checks its metrics are
   # finite. A minibatch is split over data x fsdp = 4 devices, so it needs
-  # a multiple of 4 rows (the smoke batch is 2 tasks x 2 rollouts).
+  # a multiple of 4 rows (the smoke batch is 2 tasks x 2 rollouts). RL
+  # starts from the sweep's own SFT stage (one device), restored onto the
+  # mesh: that restore is checked too, and the check compiles no SFT step
+  # for 8 devices (a third of its time).
   return {
     "name": "sokoban_gigpo_mesh222",
     "env": "sokoban",
     "estimator": "gigpo",
     "seed": 0,
+    "from_shared_sft": True,
     "overrides": {"mesh": {"shape": (2, 2, 2)}, "rl": {"minibatch_size": 4}},
     "env_vars": {"XLA_FLAGS": xla_flags},
   }

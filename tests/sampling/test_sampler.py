@@ -238,7 +238,7 @@ def test_host_errors_name_the_row(model):
     make_sampler(model, cache_block=0)
 
 
-def test_nan_top_p_and_fractional_budget_are_rejected(model):
+def test_out_of_range_sampling_arguments_are_rejected(model):
   sampler = make_sampler(model)
   sampler.prefill([0, 1], [[1, 2, 3], [4, 5]])
   with pytest.raises(ValueError, match="top_p"):
@@ -249,6 +249,15 @@ def test_nan_top_p_and_fractional_budget_are_rejected(model):
     sampler.decode(jax.random.key(0), budget=[2, 2.7], rows=[0, 1])
   with pytest.raises(ValueError, match="budget of row 0 must be an integer"):
     sampler.decode(jax.random.key(0), budget=float("nan"), rows=[0])
+  # Negative temperature or top_k used to mean "greedy" / "off" silently.
+  with pytest.raises(ValueError, match="temperature must be finite and >= 0"):
+    sampler.decode(jax.random.key(0), budget=1, temperature=-1.0)
+  with pytest.raises(ValueError, match="temperature must be finite and >= 0"):
+    sampler.decode(jax.random.key(0), budget=1, temperature=[1.0, np.inf])
+  with pytest.raises(ValueError, match="top_k must be >= 0"):
+    sampler.decode(jax.random.key(0), budget=1, top_k=[3, -5])
+  with pytest.raises(ValueError, match="top_k must be an integer"):
+    sampler.decode(jax.random.key(0), budget=1, top_k=2.7)
   # Nothing was dispatched by the failed calls.
   np.testing.assert_array_equal(sampler.lengths, [3, 2, 0, 0])
   # An integral float is an integer budget.

@@ -67,3 +67,56 @@ def test_non_scalar_metric_is_rejected(tmp_path):
   with pytest.raises(mlog.MetricValueError, match="name"):
     w.write_scalars(0, {"name": "abc"})
   w.close()
+
+
+def _steps(logdir, tag):
+  acc = event_accumulator.EventAccumulator(str(logdir))
+  acc.Reload()
+  return (
+    [e.step for e in acc.Scalars(tag)] if tag in acc.Tags()["scalars"] else []
+  )
+
+
+def test_set_aside_after_a_mark_keeps_each_step_once(tmp_path):
+  """A run resumed from a checkpoint redoes the steps logged after it: they
+  move to stale files (kept, readable) instead of being listed twice."""
+  logs = tmp_path / "logs"
+  w = mlog.MetricWriter(str(logs), console=None)
+  w.write_scalars(50, {"sft/loss": 2.0})  # SFT counts its own steps
+  w.write_scalars(1, {"loss": 1.0})
+  w.flush()
+  mark = mlog.log_mark(logs)  # the checkpoint after RL step 1
+  w.write_scalars(2, {"loss": 99.0})
+  w.write_scalars(3, {"loss": 98.0})
+  w.flush()  # then killed
+  assert _steps(logs, "loss") == [1, 2, 3]
+
+  stale = mlog.set_aside_after(logs, mark)
+  rows = mlog.read_jsonl(str(logs / mlog.JSONL_NAME))
+  assert [r["step"] for r in rows] == [50, 1]
+  (stale_jsonl,) = [p for p in stale if p.name == "metrics.jsonl.stale1"]
+  assert [r["loss"] for r in mlog.read_jsonl(str(stale_jsonl))] == [99.0, 98.0]
+  (stale_events,) = [p for p in stale if p != stale_jsonl]
+  assert "tfevents" not in stale_events.name and "stale1" in stale_events.name
+  assert _steps(logs, "loss") == [1]
+  assert _steps(logs, "sft/loss") == [50]  # older steps of other tags stay
+
+  w2 = mlog.MetricWriter(str(logs), console=None)  # the resumed run
+  w2.write_scalars(2, {"loss": 0.5})
+  w2.close()
+  w.close()
+  assert _steps(logs, "loss") == [1, 2]
+  rows = mlog.read_jsonl(str(logs / mlog.JSONL_NAME))
+  assert [r.get("loss") for r in rows] == [None, 1.0, 0.5]
+  # The stale events tail is whole records: it reads back on its own.
+  moved = tmp_path / "moved"
+  moved.mkdir()
+  (moved / "events.out.tfevents.0").write_bytes(stale_events.read_bytes())
+  assert _steps(moved, "loss") == [2, 3]
+
+  # A start from scratch (no checkpoint) sets everything aside, as stale2.
+  stale = mlog.set_aside_after(logs, {})
+  assert {p.name for p in stale} >= {"metrics.jsonl.stale2"}
+  assert all("stale2" in p.name for p in stale)
+  assert mlog.log_mark(logs) == {}
+  assert mlog.set_aside_after(logs, {}) == []

@@ -484,14 +484,15 @@ def test_curriculum_and_replay_drive_rl_and_resume_exactly(tmp_path):
   # Killed before step 2's checkpoint: the rerun of step 2 is the same.
   shutil.rmtree(tmp_path / "checkpoints" / "2")
   loop.train(config, str(tmp_path))
-  twice = [
-    r
-    for r in read_jsonl(str(tmp_path / "logs" / "metrics.jsonl"))
-    if r["step"] == 2 and "loss" in r
+  logs = tmp_path / "logs"
+  (before,) = [
+    r for r in read_jsonl(logs / "metrics.jsonl.stale1") if "loss" in r
   ]
-  assert len(twice) == 2
+  assert before["step"] == 2  # set aside: logged after the last checkpoint
+  assert sorted(_rl_rows(tmp_path)) == [1, 2]  # each step once
+  again = _rl_rows(tmp_path)[2]
   for key in ("loss", "success_rate", "replay/rows", "curriculum/frontier"):
-    assert twice[0][key] == twice[1][key], key
+    assert before[key] == again[key], key
   fresh = {"rl_step": 0}
   with pytest.raises(ValueError, match="critic-free"):
     loop.make_replay(sokoban.get_config("ppo,smoke,replay"), fresh)
