@@ -232,7 +232,8 @@ def aggregate(
   * `seq-mean-token-sum-norm`: per row sum(v * m) / norm_length, then the mean
     over rows (Dr.GRPO: a constant denominator removes the length bias).
     `norm_length` defaults to L, the padded length; set it to the run's
-    generation budget so the scale does not change with the length bucket.
+    generation budget so the scale does not change with the length bucket
+    (the training loop sets its longest bucket, `loop.rl_loss_config`).
 
   "Rows" are the rows with at least one masked-in token, so all-padding rows
   that `pack(batch_size=...)` adds do not dilute the mean. Empty inputs give 0

@@ -186,7 +186,7 @@ def setup(config, workdir: str) -> Run:
     raise ValueError(
       "sft.optimizer and rl.optimizer must both set or both unset max_grad_norm"
     )
-  rl_loss = losses.PolicyLossConfig(**dict(config.loss))
+  rl_loss = rl_loss_config(config)
   critic_config = None
   if estimators.uses_values(config.estimator.name):
     critic_config = critic_lib.CriticConfig.from_dict(
@@ -439,6 +439,17 @@ def with_replay(run: Run, trajectories, adv_BxT: np.ndarray, step: int):
     lag = [step - t.policy_version for t, _ in past]
     metrics["replay/policy_lag_mean"] = float(np.mean(lag))
   return rows, turn_adv, metrics
+
+
+def rl_loss_config(config) -> losses.PolicyLossConfig:
+  """The RL loss of `config.loss`. `seq-mean-token-sum-norm` without a
+  `norm_length` divides by the run's longest length bucket: the aggregate's
+  own default, the padded length of each batch, would rescale the loss
+  (and the gradient) from one length bucket to the next."""
+  loss = losses.PolicyLossConfig(**dict(config.loss))
+  if loss.agg == "seq-mean-token-sum-norm" and loss.norm_length is None:
+    loss = dataclasses.replace(loss, norm_length=max(config.length_buckets))
+  return loss
 
 
 class WarmStartError(ValueError):

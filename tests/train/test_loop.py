@@ -7,6 +7,7 @@ import shutil
 import jax
 import numpy as np
 import pytest
+from tensorboard.backend.event_processing import event_accumulator
 
 from agentic_rl import losses
 from agentic_rl.data import trajectory_io
@@ -490,6 +491,9 @@ def test_curriculum_and_replay_drive_rl_and_resume_exactly(tmp_path):
   ]
   assert before["step"] == 2  # set aside: logged after the last checkpoint
   assert sorted(_rl_rows(tmp_path)) == [1, 2]  # each step once
+  events = event_accumulator.EventAccumulator(str(logs))  # TensorBoard too
+  events.Reload()
+  assert [e.step for e in events.Scalars("loss")] == [1, 2]
   again = _rl_rows(tmp_path)[2]
   for key in ("loss", "success_rate", "replay/rows", "curriculum/frontier"):
     assert before[key] == again[key], key
@@ -516,3 +520,27 @@ def test_a_run_checkpointed_by_optimizer_step_is_not_resumed(tmp_path):
     run.writer.close()
   with pytest.raises(ValueError, match="keyed 3 but holds RL step 0"):
     loop.setup(config, str(tmp_path))
+
+
+def test_sum_norm_loss_divides_by_one_length_in_every_bucket():
+  """Dr.GRPO's constant denominator: the same rows padded into a longer
+  length bucket give the same loss with the run's default norm_length."""
+  config = _config(1)
+  assert loop.rl_loss_config(config).norm_length is None  # token-mean run
+  config.loss.agg = "seq-mean-token-sum-norm"
+  loss = loop.rl_loss_config(config)
+  assert loss.norm_length == max(config.length_buckets) == 512
+  values = np.random.default_rng(0).normal(size=(3, 128)).astype(np.float32)
+  mask = np.zeros((3, 128), np.float32)
+  mask[:, :100] = 1.0
+  wide = [np.pad(a, ((0, 0), (0, 128))) for a in (values, mask)]
+  short, long = (
+    float(losses.aggregate(v, m, loss.agg, loss.norm_length))
+    for v, m in ((values, mask), wide)
+  )
+  assert short == pytest.approx(long, rel=1e-6)
+  # The aggregate's own default (the padded length, 256) doubles it.
+  padded = float(losses.aggregate(*wide, loss.agg))
+  assert padded == pytest.approx(long * 512 / 256, rel=1e-6)
+  config.loss.norm_length = 100
+  assert loop.rl_loss_config(config).norm_length == 100
