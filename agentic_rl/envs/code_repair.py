@@ -366,10 +366,37 @@ def _evaluate(source: str, name: str, args: tuple[Any, ...]) -> tuple:
     return False, f"{type(e).__name__}"
 
 
+# The tests' comparison. `result == expected` would ask the result, and an
+# object whose __eq__ always says True (or an int subclass that does) would
+# pass every test. Expected values are plain builtins, so the result must
+# have the same exact type at every level (int and float may meet), and
+# `==` then runs only between builtins. Defined before the project module is imported, with the
+# builtins it needs bound as defaults: patching `builtins.type` at import
+# time changes nothing here.
+_SAME = """\
+def _same(a, b, _type=type, _len=len, _zip=zip, _all=all, _list=list,
+          _seqs=(list, tuple), _dict=dict, _nums=(int, float)):
+    if _type(a) is not _type(b):
+        return _type(a) in _nums and _type(b) in _nums and a == b
+    if _type(a) in _seqs:
+        return _len(a) == _len(b) and _all(
+            _same(x, y) for x, y in _zip(a, b))
+    if _type(a) is _dict:
+        return _same(_list(a.items()), _list(b.items()))
+    return a == b
+
+"""
+
+
 def _test_source(module: str, functions: list[_Function]) -> tuple[str, list]:
   """A test module (plain asserts) and the ids of its tests."""
   names = ", ".join(f.name for f in functions)
-  lines = [f'"""Tests for {module}.py."""', "", f"from {module} import {names}"]
+  lines = [
+    f'"""Tests for {module}.py."""',
+    "",
+    _SAME,
+    f"from {module} import {names}",
+  ]
   ids = []
   for f in functions:
     for k, args in enumerate(f.cases):
@@ -385,7 +412,7 @@ def _test_source(module: str, functions: list[_Function]) -> tuple[str, list]:
         f"def {test}():",
         f"    result = {call}",
         f"    expected = {expected!r}",
-        f"    assert result == expected, "
+        f"    assert _same(result, expected), "
         f'"{call} returned %r, expected %r" % (result, expected)',
       ]
   return "\n".join(lines) + "\n", ids

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentic_rl.envs import make
+from agentic_rl.envs import code_repair, make
 from agentic_rl.envs.code_repair import (
   CodeRepairEnv,
   expert_actions,
@@ -240,6 +240,59 @@ def test_project_code_cannot_fake_the_verdict():
   r = env.step("<answer>done</answer>")
   assert r.reward_components == {"success": 1.0}, r
   env.close()
+
+
+def test_results_that_claim_equality_do_not_pass():
+  # Appended to the buggy module, after its functions: every public
+  # function returns an object equal to anything. None fixes the bug.
+  always = "class _Eq:\n    __eq__ = lambda self, other: True\n"
+  int_eq = "class _Eq(int):\n    __eq__ = lambda self, other: True\n"
+  rebind = (
+    "for _n, _f in list(globals().items()):\n"
+    "    if callable(_f) and not isinstance(_f, type) and _n[0] != '_':\n"
+    "        globals()[_n] = lambda *a, **k: {}\n"
+  )
+  hacks = {
+    "object equal to anything": always + rebind.format("_Eq()"),
+    "int subclass equal to anything": int_eq + rebind.format("_Eq(0)"),
+    "list of such objects": always + rebind.format("[_Eq()] * 3"),
+    "patched builtins.type": (
+      "import builtins\nbuiltins.type = lambda x: int\n"
+      + always
+      + rebind.format("_Eq()")
+    ),
+  }
+  task = generate_task(0, 0)
+  path = task.payload["bug"]["path"]
+  text = task.payload["files"][path]
+  env = CodeRepairEnv()
+  for name, hack in hacks.items():
+    env.reset(task)
+    r = env.step(_tool("edit_file", path=path, old=text, new=text + hack))
+    assert r.failure is None, (name, r)
+    r = env.step("<answer>done</answer>")
+    assert r.reward_components == {"success": 0.0}, (name, r)
+    assert r.info["tests_passed"] == 0, (name, r.info)
+  # The real fix still passes.
+  env.reset(task)
+  for a in expert_actions(task)[:3]:
+    env.step(a)
+  r = env.step("<answer>done</answer>")
+  assert r.reward_components == {"success": 1.0}, r
+  env.close()
+  # The comparison itself: exact types at every level; int and float meet.
+  namespace = {}
+  exec(code_repair._SAME, namespace)
+  same = namespace["_same"]
+  assert same([[1, 2], [3]], [[1, 2], [3]]) and same(0, 0.0)
+  assert same({"a": (1, "x")}, {"a": (1, "x")})
+  assert not same([1, 2], (1, 2)) and not same(True, 1)
+  assert not same([[1, 2]], [[1, 3]]) and not same([1], [1, 1])
+
+  class Eq(str):
+    __eq__ = lambda self, other: True  # noqa: E731
+
+  assert not same(Eq("x"), "y") and not same([Eq("x")], ["y"])
 
 
 def test_forbidden_project_code_keeps_its_code_on_answer(env):
