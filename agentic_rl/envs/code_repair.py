@@ -370,9 +370,9 @@ def _evaluate(source: str, name: str, args: tuple[Any, ...]) -> tuple:
 # object whose __eq__ always says True (or an int subclass that does) would
 # pass every test. Expected values are plain builtins, so the result must
 # have the same exact type at every level (int and float may meet), and
-# `==` then runs only between builtins. Defined before the project module is imported, with the
-# builtins it needs bound as defaults: patching `builtins.type` at import
-# time changes nothing here.
+# `==` then runs only between builtins. Defined before the project module
+# is imported, with the builtins it needs bound as defaults: patching
+# `builtins.type` at import time changes nothing here.
 _SAME = """\
 def _same(a, b, _type=type, _len=len, _zip=zip, _all=all, _list=list,
           _seqs=(list, tuple), _dict=dict, _nums=(int, float)):
