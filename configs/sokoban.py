@@ -205,7 +205,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.log_every = 1
 
   if quick:  # the README's `make run`: a few minutes on a laptop CPU
-    c.tasks.eval_counts = (32,)
+    c.tasks.eval_counts = (32,) * len(c.tasks.difficulties)
     c.sft.steps = 150  # the SFT of experiments/sokoban_sft_rl
     c.rl.steps = 10
     c.eval_every = 5

@@ -544,3 +544,29 @@ def test_sum_norm_loss_divides_by_one_length_in_every_bucket():
   assert padded == pytest.approx(long * 512 / 256, rel=1e-6)
   config.loss.norm_length = 100
   assert loop.rl_loss_config(config).norm_length == 100
+
+
+@pytest.mark.parametrize(
+  "env", ["sokoban", "frozenlake", "search_qa", "flights"]
+)
+def test_every_switch_combination_gives_a_consistent_task_spec(env):
+  """The switches of configs/sokoban.py (inherited by the other envs) may
+  be combined: `quick,curriculum` once kept quick's one eval count for the
+  curriculum's three difficulties (a PoolSpecError at setup)."""
+  import importlib
+  import itertools
+
+  module = importlib.import_module(f"configs.{env}")
+  switches = ("smoke", "quick", "curriculum", "replay")
+  for k in range(len(switches) + 1):
+    for chosen in itertools.combinations(switches, k):
+      config = module.get_config(",".join(("gigpo", *chosen)))
+      tasks = config.tasks
+      n = len(tasks.difficulties)
+      assert len(tasks.train_counts) == n == len(tasks.eval_counts), chosen
+      if "curriculum" in chosen:
+        assert n >= 2 and config.curriculum, chosen
+        # Every difficulty the curriculum may unlock builds (2 tasks each).
+        tasks.train_counts = tasks.eval_counts = (2,) * n
+        pool = loop.task_pool(config)
+        assert len(pool.split("test")) == 2 * n, chosen
