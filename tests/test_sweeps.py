@@ -663,3 +663,27 @@ def test_smoke_sweep_and_report_end_to_end(tmp_path):
   assert set(results["envs"]) == {"sokoban", "frozenlake"}
   (check,) = results["checks"]
   assert check["finite"] and check["rl_rows"] == 2
+
+
+def test_replay_sweep_differs_from_gigpo_only_in_the_replay_switch():
+  runs = {
+    r.name: r
+    for r in sweeps.expand(
+      sweeps.load_config("configs/ablations/sokoban_replay.py").sweep
+    )
+  }
+  assert len(runs) == 3 + 3 * 2
+  for seed in (0, 1, 2):
+    base, arm = (
+      runs[f"sokoban/{e}/seed{seed}"] for e in ("gigpo", "gigpo_replay")
+    )
+    assert arm.config_arg == "gigpo,replay" and base.config_arg == "gigpo"
+    assert arm.overrides == base.overrides
+    assert arm.init_from_run == base.init_from_run == f"sokoban/sft/seed{seed}"
+    assert dict(base.overrides)["rl.steps"] == "30"
+  replay = sweeps.load_config("configs/sokoban.py:gigpo,replay")
+  plain = sweeps.load_config("configs/sokoban.py:gigpo")
+  assert replay.replay.fraction == 0.25 and not plain.replay
+  # Nothing but the replay section differs between the arms' configs.
+  replay.replay = {}
+  assert replay.to_dict() == plain.to_dict()

@@ -1,0 +1,40 @@
+"""Sokoban: does replaying past trajectories help GiGPO?
+
+  python scripts/sweep.py --config=configs/ablations/sokoban_replay.py \
+      --root=experiments/sokoban_replay/runs --workers=2
+
+Question: with a quarter of each update's rows drawn from a prioritized
+buffer of past rollouts (`configs/sokoban.py:gigpo,replay`: capacity 512
+trajectories, priority = mean |advantage| of the turns, half-life 256
+trajectories; each replayed row keeps the per-turn advantages it was
+given when fresh and its behaviour log-probs, and the clipped ratio
+corrects for its staleness), does held-out success move differently from
+plain GiGPO from the same SFT policy? Arms:
+
+  gigpo         `configs/sokoban.py:gigpo`
+  gigpo_replay  `configs/sokoban.py:gigpo,replay` (the arm's variant:
+                the `replay` switch, nothing else changed)
+
+The grid is the credit-assignment sweep's Sokoban arm (size, shared SFT
+stages, task order, rollout keys: 30 RL steps of 8 tasks x 8 rollouts,
+final success on 128 held-out levels). `arg`: as `sokoban_reward_input`
+('', 'smoke' or 'seeds=N'). Measured: experiments/sokoban_replay/.
+"""
+
+import ml_collections
+
+from configs import sokoban
+from configs.ablations import credit_assignment
+
+ARMS = {"gigpo_replay": {"variant": "gigpo,replay"}}
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  seeds, smoke = credit_assignment.parse_arg(arg)
+  c = sokoban.get_config("gigpo,smoke" if smoke else "gigpo")
+  c.sweep = credit_assignment.one_env_sweep(
+    "sokoban_replay", "sokoban", ("gigpo", *ARMS), seeds, smoke
+  )
+  c.sweep.baseline = "gigpo"
+  c.sweep.arms = ARMS
+  return c
