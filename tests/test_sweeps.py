@@ -341,13 +341,14 @@ def test_an_arm_is_a_variant_with_its_own_overrides():
   assert losses.PolicyLossConfig(**config.loss).ratio_level == "turn"
 
 
-def test_ratio_level_sweep_differs_from_gigpo_only_in_the_loss():
-  runs = {
-    r.name: r
-    for r in sweeps.expand(
-      sweeps.load_config("configs/ablations/sokoban_ratio_level.py").sweep
-    )
+def _runs_by_name(config_path: str) -> dict:
+  return {
+    r.name: r for r in sweeps.expand(sweeps.load_config(config_path).sweep)
   }
+
+
+def test_ratio_level_sweep_differs_from_gigpo_only_in_the_loss():
+  runs = _runs_by_name("configs/ablations/sokoban_ratio_level.py")
   assert len(runs) == 3 + 3 * 4
   for seed in (0, 1, 2):
     base = dict(runs[f"sokoban/gigpo/seed{seed}"].overrides)
@@ -666,12 +667,7 @@ def test_smoke_sweep_and_report_end_to_end(tmp_path):
 
 
 def test_replay_sweep_differs_from_gigpo_only_in_the_replay_switch():
-  runs = {
-    r.name: r
-    for r in sweeps.expand(
-      sweeps.load_config("configs/ablations/sokoban_replay.py").sweep
-    )
-  }
+  runs = _runs_by_name("configs/ablations/sokoban_replay.py")
   assert len(runs) == 3 + 3 * 2
   for seed in (0, 1, 2):
     base, arm = (
