@@ -70,6 +70,18 @@ def _bucket(n: int, buckets: Sequence[int], what: str) -> int:
   raise ValueError(f"{what} {n} exceeds the largest bucket {buckets[-1]}")
 
 
+def _first_fractional(value, n: int) -> tuple[int, float] | None:
+  """(index, value) of the first of `n` per-row values (one value or a
+  sequence) that is not a whole number, NaN and inf included; else None.
+  Casting to int32 would silently truncate 2.7 to 2 (NaN to garbage)."""
+  raw_N = np.broadcast_to(np.asarray(value, np.float64), (n,))
+  fractional_N = ~(np.isfinite(raw_N) & (raw_N == np.round(raw_N)))
+  if not fractional_N.any():
+    return None
+  i = int(np.argmax(fractional_N))
+  return i, float(raw_N[i])
+
+
 @dataclasses.dataclass
 class DecodeResult:
   """What `Sampler.decode` returns, one entry per decoded row.
@@ -356,13 +368,10 @@ class Sampler:
       full[rows] = values
       return full, values
 
-    # Casting to int32 would silently truncate 2.7 to 2 (NaN to garbage).
-    raw = np.broadcast_to(np.asarray(budget, np.float64), (len(rows),))
-    fractional = ~(np.isfinite(raw) & (raw == np.round(raw)))
-    if fractional.any():
-      i = int(np.argmax(fractional))
+    if (bad := _first_fractional(budget, len(rows))) is not None:
+      i, value = bad
       raise ValueError(
-        f"decode: budget of row {rows[i]} must be an integer, got {raw[i]}"
+        f"decode: budget of row {rows[i]} must be an integer, got {value}"
       )
     budget_S, budgets = per_row(budget, np.int32)
     if budgets.min() < 0:
@@ -371,8 +380,7 @@ class Sampler:
       max(int(budgets.max()), 1), self.budget_buckets, "decode: budget"
     )
     temperature_S, temps = per_row(temperature, np.float32)
-    raw_k = np.broadcast_to(np.asarray(top_k, np.float64), (len(rows),))
-    if not np.all(np.isfinite(raw_k) & (raw_k == np.round(raw_k))):
+    if _first_fractional(top_k, len(rows)) is not None:
       raise ValueError(f"decode: top_k must be an integer: {top_k}")
     top_k_S, ks = per_row(top_k, np.int32)
     top_p_S, ps = per_row(top_p, np.float32)

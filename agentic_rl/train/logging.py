@@ -104,7 +104,7 @@ def set_aside_after(
   moves = [
     (name, mark.get(name, 0))
     for name, size in log_mark(logdir).items()
-    if size > mark.get(name, 0) or name not in mark
+    if name not in mark or size > mark[name]
   ]
   if not moves:
     return []
