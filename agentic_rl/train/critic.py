@@ -149,17 +149,26 @@ def critic_loss_fn(
 
 
 def make_critic_step(config: CriticConfig, layout: Layout):
-  """The jitted critic update: `(state, CriticInputs) -> (state, metrics)`."""
-  step_fn = functools.partial(critic_step, config=config)
+  """The jitted critic update: `(state, CriticInputs) -> (state, metrics)`.
+
+  Keyed by what the update reads (the optimizer and the value clip), so
+  runs that differ only in `warmup_steps` or `epochs` share one jitted step.
+  """
+  step_fn = functools.partial(
+    critic_step, optimizer=config.optimizer, value_clip=config.value_clip
+  )
   return step_lib.jit_step(step_fn, layout)
 
 
 def critic_step(
-  state: TrainState, inputs: CriticInputs, config: CriticConfig
+  state: TrainState,
+  inputs: CriticInputs,
+  optimizer: OptimizerConfig,
+  value_clip: float,
 ) -> tuple[TrainState, step_lib.Metrics]:
   """One critic update (pure; jit it with `make_critic_step`)."""
-  loss_fn = functools.partial(critic_loss_fn, clip=config.value_clip)
-  step_config = step_lib.StepConfig(optimizer=config.optimizer)
+  loss_fn = functools.partial(critic_loss_fn, clip=value_clip)
+  step_config = step_lib.StepConfig(optimizer=optimizer)
   return step_lib.update_step(state, inputs, loss_fn, step_config)
 
 
