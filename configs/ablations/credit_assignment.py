@@ -115,7 +115,10 @@ def one_env_sweep(
 
 
 _DEVICES_8 = "--xla_force_host_platform_device_count=8"
-_FAST_COMPILE = "--xla_backend_optimization_level=0"
+# As in tests/conftest.py (which says why): what compiles fastest on CPU.
+_FAST_COMPILE = (
+  "--xla_backend_optimization_level=0 --xla_cpu_use_thunk_runtime=false"
+)
 
 
 def _sharded_check(xla_flags: str = _DEVICES_8) -> dict:

@@ -29,6 +29,12 @@ def _rl_rows(workdir: pathlib.Path) -> dict[int, dict]:
   return {r["step"]: r for r in rows if "loss" in r}
 
 
+def _critic_rows(workdir: pathlib.Path) -> dict[int, dict]:
+  # A critic warm-up step trains no policy: its row has no "loss".
+  rows = read_jsonl(str(workdir / "logs" / "metrics.jsonl"))
+  return {r["step"]: r for r in rows if "critic/value_loss" in r}
+
+
 def _params(workdir: pathlib.Path, config):
   run = loop.setup(config, str(workdir))
   try:
@@ -234,29 +240,33 @@ def test_a_warm_start_with_other_knobs_trains(sft_stage, tmp_path):
 def test_ppo_critic_trains_checkpoints_and_resumes_exactly(sft_stage, tmp_path):
   """PPO with a value model from the shared SFT stage: the critic starts
   at zero values, learns, is checkpointed with the run, and a resumed run
-  continues exactly (policy and critic)."""
+  continues exactly (policy and critic). One warm-up step: step 1 trains
+  only the critic, step 2 both."""
   source, _ = sft_stage
 
   def config(steps):
     c = _config(steps, estimator="ppo")
     c.init_from = str(source)
+    c.critic.warmup_steps = 1
     return c
 
   straight = loop.train(config(2), str(tmp_path / "straight"))
   assert straight["critic_params"] > straight["params"]  # + the value head
-  rows = _rl_rows(tmp_path / "straight")
+  rows = _critic_rows(tmp_path / "straight")
   # Zero values explain none of the first batch's returns.
   assert rows[1]["critic/explained_variance"] == pytest.approx(0.0, abs=1e-6)
   for row in rows.values():
     assert math.isfinite(row["critic/value_loss"])
     assert row["critic/optimizer_step"] > 0
   assert rows[2]["critic/optimizer_step"] > rows[1]["critic/optimizer_step"]
+  # After the warm-up step the policy trains.
+  assert "loss" not in rows[1] and math.isfinite(rows[2]["loss"])
   critic_dir = tmp_path / "straight" / "critic"
   assert sorted(int(p.name) for p in critic_dir.iterdir()) == [1, 2]
 
   loop.train(config(1), str(tmp_path / "resumed"))
   loop.train(config(2), str(tmp_path / "resumed"))
-  a, b = rows[2], _rl_rows(tmp_path / "resumed")[2]
+  a, b = rows[2], _critic_rows(tmp_path / "resumed")[2]
   for key in ("loss", "success_rate", "critic/value_loss", "adv_mean"):
     assert a[key] == b[key], key
 
@@ -276,8 +286,8 @@ def test_ppo_critic_trains_checkpoints_and_resumes_exactly(sft_stage, tmp_path):
 def test_critic_warmup_holds_the_policy(sft_stage, tmp_path):
   """Two critic-only steps, each checkpointed (the optimizer step does not
   move in them: the run's checkpoints are keyed by RL step), then a resume
-  after a kill between the critic's save and the run's, then policy
-  updates."""
+  after a kill between the critic's save and the run's. (The policy
+  training after the warm-up: test_ppo_critic_trains_checkpoints_...)"""
   source, _ = sft_stage
   config = _config(2, estimator="ppo")
   config.init_from = str(source)
@@ -288,26 +298,19 @@ def test_critic_warmup_holds_the_policy(sft_stage, tmp_path):
   assert host["rl_step"] == 2
   want, _ = _params(source, _config(0))
   jax.tree.map(np.testing.assert_array_equal, got, want)
-  rows = read_jsonl(str(tmp_path / "logs" / "metrics.jsonl"))
+  rows = _critic_rows(tmp_path)
   for step in (1, 2):
-    (row,) = [r for r in rows if r["step"] == step]
-    assert "loss" not in row and row["critic/optimizer_step"] > 0
-  assert sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir()) == [
-    1,
-    2,
-  ]
+    assert "loss" not in rows[step] and rows[step]["critic/optimizer_step"] > 0
+  checkpoints, critics = (tmp_path / "checkpoints"), (tmp_path / "critic")
+  assert sorted(int(p.name) for p in checkpoints.iterdir()) == [1, 2]
   # Killed after the critic of step 2 was saved, before the run's: the
   # resumed run redoes step 2 and saves its critic there again.
-  # After the warm-up the policy trains (step 3).
-  shutil.rmtree(tmp_path / "checkpoints" / "2")
-  config.rl.steps = 3
+  shutil.rmtree(checkpoints / "2")
   loop.train(config, str(tmp_path))
-  assert sorted(int(p.name) for p in (tmp_path / "critic").iterdir()) == [
-    1,
-    2,
-    3,
-  ]
-  assert "loss" in _rl_rows(tmp_path)[3]
+  assert sorted(int(p.name) for p in checkpoints.iterdir()) == [1, 2]
+  assert sorted(int(p.name) for p in critics.iterdir()) == [1, 2]
+  again = _critic_rows(tmp_path)[2]
+  assert again["critic/value_loss"] == rows[2]["critic/value_loss"]
   with pytest.raises(critic_lib.CriticConfigError, match="warmup_steps"):
     critic_lib.CriticConfig(warmup_steps=-1)
 
@@ -318,6 +321,7 @@ def test_search_qa_smoke_run_trains_on_tag_protocol_episodes(tmp_path):
   from configs import search_qa
 
   config = search_qa.get_config("prm_weighted,smoke")
+  config.rl.steps = 1  # the smoke runs 2; a second adds no new path
   summary = loop.train(config, str(tmp_path))
   assert summary["rl_steps"] == config.rl.steps
   rows = _rl_rows(tmp_path)
