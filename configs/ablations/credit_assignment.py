@@ -121,7 +121,7 @@ _FAST_COMPILE = (
 )
 
 
-def _sharded_check(xla_flags: str = _DEVICES_8) -> dict:
+def _sharded_check(xla_flags: str = _DEVICES_8, rl_steps: int = 0) -> dict:
   # The mesh path on one host: 8 simulated CPU devices as (data, fsdp,
   # tensor) = (2, 2, 2). Not compared; the report checks its metrics are
   # finite. A minibatch is split over data x fsdp = 4 devices, so it needs
@@ -129,13 +129,16 @@ def _sharded_check(xla_flags: str = _DEVICES_8) -> dict:
   # starts from the sweep's own SFT stage (one device), restored onto the
   # mesh: that restore is checked too, and the check compiles no SFT step
   # for 8 devices (a third of its time).
+  rl = {"minibatch_size": 4}
+  if rl_steps:  # else the smoke config's
+    rl["steps"] = rl_steps
   return {
     "name": "sokoban_gigpo_mesh222",
     "env": "sokoban",
     "estimator": "gigpo",
     "seed": 0,
     "from_shared_sft": True,
-    "overrides": {"mesh": {"shape": (2, 2, 2)}, "rl": {"minibatch_size": 4}},
+    "overrides": {"mesh": {"shape": (2, 2, 2)}, "rl": rl},
     "env_vars": {"XLA_FLAGS": xla_flags},
   }
 
@@ -176,9 +179,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # As in the test process (tests/conftest.py): LLVM opt level 0 compiles
     # the same HLO faster, and the check is mostly compiles (this sweep
     # took 79 s instead of 95 on 2 cores).
-    check = _sharded_check(f"{_DEVICES_8} {_FAST_COMPILE}")
     # One RL step on the mesh, not the smoke's 2: the second compiled a
     # longer bucket and evaluated again (73 -> 53 s on 2 cores).
-    check["overrides"]["rl"]["steps"] = 1
+    check = _sharded_check(f"{_DEVICES_8} {_FAST_COMPILE}", rl_steps=1)
     c.sweep.checks = (check,)
   return c

@@ -229,12 +229,20 @@ def test_a_step_is_jitted_once_per_config_and_layout(rl_setup):
   _close(jax.device_get(got), jax.device_get(want), rtol=0, atol=0)
 
 
+TURN_CONFIG = dataclasses.replace(
+  STEP_CONFIG, loss=dataclasses.replace(STEP_CONFIG.loss, ratio_level="turn")
+)
+
+
+def _off_policy(inputs):
+  """(delta_BxL, inputs whose behaviour log-probs are ref - delta)."""
+  delta = np.random.default_rng(0).normal(0.0, 0.2, inputs.adv_BxL.shape)
+  old = np.asarray(inputs.ref_logp_BxL) - delta
+  return delta, dataclasses.replace(inputs, old_logp_BxL=jnp.asarray(old))
+
+
 def test_turn_level_ratio_reads_the_batch_turns(rl_setup):
-  cfg = dataclasses.replace(
-    STEP_CONFIG,
-    loss=dataclasses.replace(STEP_CONFIG.loss, ratio_level="turn"),
-  )
-  turn_step = sp.make_train_step(cfg, rl_setup.layout)
+  turn_step = sp.make_train_step(TURN_CONFIG, rl_setup.layout)
   inputs = rl_setup.inputs
   # On-policy every ratio is 1: the same loss and gradient as per token.
   _, token = rl_setup.step_fn(fresh_state(), inputs)
@@ -246,11 +254,8 @@ def test_turn_level_ratio_reads_the_batch_turns(rl_setup):
   batch = inputs.batch
   mask = np.asarray(batch.loss_mask_BxL) > 0
   turn_id = np.asarray(batch.turn_id_BxL)
-  delta = np.random.default_rng(0).normal(0.0, 0.2, mask.shape)
-  old = np.asarray(inputs.ref_logp_BxL) - delta
-  _, m = turn_step(
-    fresh_state(), dataclasses.replace(inputs, old_logp_BxL=jnp.asarray(old))
-  )
+  delta, off = _off_policy(inputs)
+  _, m = turn_step(fresh_state(), off)
   ratios = []
   for b in range(mask.shape[0]):
     for t in np.unique(turn_id[b][mask[b]]):
@@ -264,24 +269,13 @@ def test_turn_level_ratio_reads_the_batch_turns(rl_setup):
 def test_turn_level_ratio_same_on_a_mesh(rl_setup):
   # The per-turn means (a scatter over rows) on a 2x2x2 mesh: the numbers
   # of one device. (Slow: an 8-device train step compiles for 15 s.)
-  cfg = dataclasses.replace(
-    STEP_CONFIG,
-    loss=dataclasses.replace(STEP_CONFIG.loss, ratio_level="turn"),
-  )
-  delta = np.random.default_rng(0).normal(
-    0.0, 0.2, rl_setup.inputs.adv_BxL.shape
-  )
-  off = dataclasses.replace(
-    rl_setup.inputs,
-    old_logp_BxL=jnp.asarray(np.asarray(rl_setup.inputs.ref_logp_BxL) - delta),
-  )
-  _, m = sp.make_train_step(cfg, rl_setup.layout)(fresh_state(), off)
+  _, off = _off_policy(rl_setup.inputs)
+  _, m = sp.make_train_step(TURN_CONFIG, rl_setup.layout)(fresh_state(), off)
   state, layout = st.create_train_state(
     MODEL_CONFIG, OPT_CONFIG, mesh=shd.make_mesh((2, 2, 2))
   )
-  _, m8 = sp.make_train_step(cfg, layout)(
-    state, jax.device_put(off, layout.data)
-  )
+  step8 = sp.make_train_step(TURN_CONFIG, layout)
+  _, m8 = step8(state, jax.device_put(off, layout.data))
   _close(jax.device_get(m8), jax.device_get(m), rtol=1e-4, atol=1e-6)
 
 
