@@ -118,6 +118,7 @@ _DEVICES_8 = "--xla_force_host_platform_device_count=8"
 # As in tests/conftest.py (which says why): what compiles fastest on CPU.
 _FAST_COMPILE = (
   "--xla_backend_optimization_level=0 --xla_cpu_use_thunk_runtime=false"
+  " --xla_cpu_use_fusion_emitters=false"
 )
 
 

@@ -375,13 +375,16 @@ def test_remat_keeps_parameters_and_numbers_and_frees_memory():
     temp[remat] = compiled.memory_analysis().temp_size_in_bytes
     out[remat] = compiled(state, tokens_BxL, probe_BxLxV)
   (loss, grads) = out["none"]
+
+  def close(a, b):
+    # Float order differs between the programs, and a summed gradient's
+    # rounding scales with its tensor's largest terms (here up to ~90), so
+    # an entry near 0 is compared at that tensor's scale, not its own.
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6 * np.abs(b).max())
+
   for remat in ("full", "dots"):
     np.testing.assert_allclose(out[remat][0], loss, rtol=1e-5)
-    jax.tree.map(
-      lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5),
-      out[remat][1],
-      grads,
-    )
+    jax.tree.map(close, out[remat][1], grads)
   assert temp["full"] < 0.6 * temp["none"], temp
   assert temp["dots"] < temp["none"], temp
 
