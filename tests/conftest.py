@@ -14,26 +14,12 @@ import os
 import shutil
 import tempfile
 
-# Must be set before jax is imported anywhere in the test process. LLVM's
-# optimisation level 0: the tests check what the compiled HLO computes, and
-# XLA's HLO passes (fusion, layout, sharding) run as at the default level;
-# only the machine code is less optimised. A smoke run from a cold cache
-# took a quarter less CPU time (59 -> 45 s), and the suite, mostly
-# compiles, a sixth less (786 -> 651 s on 2 cores). XLA:CPU's older
-# whole-program runtime instead of its thunk runtime (the same HLO, one
-# LLVM module per program instead of one kernel per fusion): a smoke run
-# took 36 s instead of 42 from a cold cache and 18 instead of 21 from a
-# warm one. XLA:CPU's elemental fusion emitters instead of its MLIR ones
-# (the same HLO and fusions, other code for each fusion): a process that
-# builds and runs one tiny-preset RL step took 0.76x the CPU time (median
-# of 8 interleaved pairs), a cold smoke run 0.83x (4 pairs), this suite
-# 0.79x the wall time (606 against 779 s, 2 pairs), and a third less peak
-# memory.
+from configs.xla_cpu import FAST_COMPILE
+
+# Must be set before jax is imported anywhere in the test process; the
+# compile flags are configs/xla_cpu.py's (which says what each one saves).
 os.environ.setdefault(
-  "XLA_FLAGS",
-  "--xla_force_host_platform_device_count=8"
-  " --xla_backend_optimization_level=0 --xla_cpu_use_thunk_runtime=false"
-  " --xla_cpu_use_fusion_emitters=false",
+  "XLA_FLAGS", f"--xla_force_host_platform_device_count=8 {FAST_COMPILE}"
 )
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 _OWN_CACHE = "JAX_COMPILATION_CACHE_DIR" not in os.environ
