@@ -685,3 +685,37 @@ def test_replay_sweep_differs_from_gigpo_only_in_the_replay_switch():
   # Nothing but the replay section differs between the arms' configs.
   replay.replay = {}
   assert replay.to_dict() == plain.to_dict()
+
+
+def test_curriculum_sweep_differs_from_gigpo_only_in_the_curriculum():
+  runs = _runs_by_name("configs/ablations/sokoban_curriculum.py")
+  assert len(runs) == 3 + 3 * 2
+  for seed in (0, 1, 2):
+    sft = runs[f"sokoban/sft/seed{seed}"]
+    base, arm = (
+      runs[f"sokoban/{e}/seed{seed}"] for e in ("gigpo", "gigpo_curriculum")
+    )
+    assert arm.config_arg == "gigpo,curriculum" and base.config_arg == "gigpo"
+    # Same pools for SFT and both arms: three difficulties, 64 held out each.
+    for run in (sft, base, arm):
+      flat = dict(run.overrides)
+      assert flat["tasks.difficulties"] == "(0,1,2)"
+      assert flat["tasks.train_counts"] == "(1000,1000,1000)"
+      assert flat["tasks.eval_counts"] == "(64,64,64)"
+    extra = set(arm.overrides) - set(base.overrides)
+    assert extra == {("curriculum.promote_threshold", "0.35")}
+    assert set(base.overrides) <= set(arm.overrides)
+    assert arm.init_from_run == base.init_from_run == sft.name
+  curriculum = sweeps.load_config("configs/sokoban.py:gigpo,curriculum")
+  plain = sweeps.load_config("configs/sokoban.py:gigpo")
+  assert curriculum.curriculum.window == 128 and not plain.curriculum
+  # Beyond the pools (which the sweep sets for both), only the curriculum.
+  curriculum.curriculum, curriculum.tasks = {}, plain.tasks
+  assert curriculum.to_dict() == plain.to_dict()
+  smoke = _runs_by_name("configs/ablations/sokoban_curriculum.py:smoke")
+  assert set(smoke) == {
+    "sokoban/sft/seed0", "sokoban/gigpo/seed0", "sokoban/gigpo_curriculum/seed0"
+  }  # fmt: skip
+  assert dict(smoke["sokoban/gigpo/seed0"].overrides)[
+    "tasks.difficulties"
+  ] == "(0,1)"

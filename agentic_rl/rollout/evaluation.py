@@ -28,7 +28,9 @@ def evaluate(
   `greedy` decodes with temperature 0. Success is the reward stack's verdict
   (`RewardStack.succeeded`: outcome >= its success threshold).
 
-  Keys: `success_rate`, `return_mean` (sum of turn rewards), `outcome_mean`,
+  Keys: `success_rate`, `success_rate/d<k>` (over the episodes of difficulty
+  k, for each difficulty among the tasks), `return_mean` (sum of turn
+  rewards), `outcome_mean`,
   `turns_per_episode`, `tokens_per_episode`, `failure_rate/<code>` (fraction
   of episodes in which the code occurred), `termination/<reason>` (counts),
   throughput keys from `rollout_metrics`, and `trace/<key>` from
@@ -61,6 +63,11 @@ def eval_metrics(
   n = len(trajectories)
   out = rollout_metrics(trajectories, seconds)
   out["success_rate"] = sum(stack.succeeded(t) for t in trajectories) / n
+  by_difficulty = collections.defaultdict(list)
+  for t in trajectories:
+    by_difficulty[t.task.difficulty].append(stack.succeeded(t))
+  for d, wins in sorted(by_difficulty.items()):
+    out[f"success_rate/d{d}"] = sum(wins) / len(wins)
   out["return_mean"] = (
     sum(sum(turn.reward for turn in t.turns) for t in trajectories) / n
   )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import math
 import threading
@@ -372,6 +373,24 @@ def test_eval_metrics_on_handmade_trajectories(model, tokenizer):
   assert out["failure_rate/malformed_call"] == pytest.approx(1 / 3)
   assert out["generated_tokens"] == 3 and out["tokens_per_episode"] == 2
   assert out["return_mean"] == pytest.approx((1.0 - 0.1) / 3)
+  assert [k for k in out if k.startswith("success_rate/")] == [
+    "success_rate/d0"
+  ]
+  assert out["success_rate/d0"] == out["success_rate"]
+
+  # Per difficulty: each rate counts only its own difficulty's episodes.
+  def at(difficulty: int, success: float) -> Trajectory:
+    t = traj(success)
+    return dataclasses.replace(
+      t, task=dataclasses.replace(task, difficulty=difficulty)
+    )
+
+  mixed = [at(2, 1.0), at(0, 0.0), at(2, 0.0), at(2, 1.0), at(0, 0.0)]
+  out = eval_metrics(mixed, rollout, 1.0)
+  assert out["success_rate"] == pytest.approx(2 / 5)
+  assert out["success_rate/d0"] == 0.0
+  assert out["success_rate/d2"] == pytest.approx(2 / 3)
+  assert "success_rate/d1" not in out
 
 
 def test_config_and_sampler_checks(model, tokenizer):

@@ -500,6 +500,15 @@ def test_curriculum_and_replay_drive_rl_and_resume_exactly(tmp_path):
     assert row["curriculum/frontier"] == 0.0
     assert "curriculum/success_rate/d0" in row
     assert "curriculum/success_rate/d1" not in row
+    # The rollouts' own rates: difficulty 1 is locked, so never rolled out.
+    assert row["success_rate/d0"] == row["success_rate"]
+    assert "success_rate/d1" not in row
+  # The held-out tasks hold both difficulties: a rate for each.
+  log = read_jsonl(str(tmp_path / "logs" / "metrics.jsonl"))
+  evals = [r for r in log if "eval/success_rate" in r]
+  assert evals and all(
+    "eval/success_rate/d0" in r and "eval/success_rate/d1" in r for r in evals
+  )
   _, host = _params(tmp_path, config)
   assert host["curriculum"]["episodes"] == 2 * episodes
   assert host["curriculum"]["history"]["1"] == []  # locked, never drawn
