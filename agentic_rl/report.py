@@ -75,6 +75,11 @@ class RunCurve:
   train_success: np.ndarray = dataclasses.field(
     default_factory=lambda: np.zeros(0)
   )
+  # held-out success per task difficulty at the last evaluation (empty
+  # when the evaluations log no `eval/success_rate/d<k>`)
+  final_by_difficulty: dict[int, float] = dataclasses.field(
+    default_factory=dict
+  )
 
   @property
   def final_success(self) -> float:
@@ -232,6 +237,19 @@ def _all_finite(rows: Sequence[Mapping[str, Any]]) -> bool:
   )
 
 
+DIFFICULTY_PREFIX = "eval/success_rate/d"
+
+
+def by_difficulty(row: Mapping[str, Any]) -> dict[int, float]:
+  """An evaluation row's `eval/success_rate/d<k>` entries as {k: rate}."""
+  n = len(DIFFICULTY_PREFIX)
+  return {
+    int(k[n:]): float(v)
+    for k, v in row.items()
+    if k.startswith(DIFFICULTY_PREFIX) and k[n:].isdigit()
+  }
+
+
 def load_run(root: str | os.PathLike, run: Mapping[str, Any]) -> RunCurve:
   """A finished run's curve from its workdir (named errors otherwise)."""
   wd = pathlib.Path(root) / run["name"]
@@ -255,6 +273,7 @@ def load_run(root: str | os.PathLike, run: Mapping[str, Any]) -> RunCurve:
   ]
   if not points:
     raise ReportError(f"{wd}: no held-out evaluation in summary or metrics")
+  last_eval = evals[-1] if evals else (first or {})
   config = _read_json(wd / "config.json")
   timing = wd / "sweep_timing.json"
   seconds = _read_json(timing).get("seconds") if timing.is_file() else None
@@ -276,6 +295,7 @@ def load_run(root: str | os.PathLike, run: Mapping[str, Any]) -> RunCurve:
     train_success=np.asarray(
       [r["success_rate"] for r in rows if "success_rate" in r], np.float64
     ),
+    final_by_difficulty=by_difficulty(last_eval),
   )
 
 
@@ -334,6 +354,12 @@ def summarize_env(
   }
   if all(train_gain(c.train_success) is not None for c in curves):
     metrics["train_success_gain"] = lambda c: train_gain(c.train_success)
+  # Final success per difficulty, when every run evaluated the same ones
+  # (and more than one: with one it is final_success again).
+  levels = {tuple(sorted(c.final_by_difficulty)) for c in curves}
+  if len(levels) == 1 and len(ds := levels.pop()) > 1:
+    for d in ds:
+      metrics[f"final_success_d{d}"] = lambda c, d=d: c.final_by_difficulty[d]
   per_seed = {
     est: {m: {s: f(c) for s, c in runs.items()} for m, f in metrics.items()}
     for est, runs in by_est.items()
@@ -627,6 +653,26 @@ def _env_table(env: str, stats: Mapping[str, Any], baseline: str) -> str:
       f" {_ci(vs['final_success']) if vs else 'baseline'} |"
       f" {_ci(vs['auc_success']) if vs else 'baseline'} |"
     )
+  first = next(iter(stats.values()))
+  levels = [m for m in first if m.startswith("final_success_d")]
+  if levels:
+    names = [m.removeprefix("final_success_") for m in levels]
+    lines += [
+      "",
+      "Final held-out success per task difficulty, and paired differences"
+      f" against {baseline}:",
+      "",
+      "| estimator | "
+      + " | ".join(f"{n} | Δ {n}" for n in names)
+      + " |\n|---|"
+      + "---|---|" * len(names),
+    ]
+    for est, row in stats.items():
+      vs = row.get("vs_baseline")
+      cells = [
+        f"{_ci(row[m])} | {_ci(vs[m]) if vs else 'baseline'}" for m in levels
+      ]
+      lines.append(f"| {est} | " + " | ".join(cells) + " |")
   if all("train_success_gain" in row for row in stats.values()):
     lines += [
       "",

@@ -515,3 +515,44 @@ def test_plot_run_lists_each_step_once_after_a_resume(tmp_path):
   assert "success 0.000" not in out
   assert "RL phase wall time: 0.1 min" in out  # from 1.0 s to 9.0 s
   assert (tmp_path / "curve.png").stat().st_size > 0
+
+
+def test_final_success_per_difficulty(tmp_path):
+  # load_run: the last evaluation's eval/success_rate/d<k> entries.
+  _write_run(tmp_path, "s/x/seed0", [(0, 0.1, 0.0), (2, 0.5, 0.0)])
+  path = tmp_path / "s/x/seed0/logs/metrics.jsonl"
+  rows = [json.loads(line) for line in path.read_text().splitlines()]
+  for r in rows:
+    if "eval/success_rate" in r:  # step 0 and RL step 2
+      r.update(
+        {"eval/success_rate/d0": r["step"], "eval/success_rate/d2": 0.25}
+      )
+  path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+  run = {"name": "s/x/seed0", "env": "s", "estimator": "x", "seed": 0}
+  curve = report.load_run(tmp_path, run)
+  assert curve.final_by_difficulty == {0: 8.5, 2: 0.25}  # RL step 2's row
+
+  # summarize_env: per-difficulty finals, paired against the baseline.
+  def at(est, seed, d0, d1):
+    c = _curve(seed, [0, 1], [0.0, (d0 + d1) / 2])
+    c.estimator, c.final_by_difficulty = est, {0: d0, 1: d1}
+    return c
+
+  base = {0: (0.5, 0.4), 1: (0.7, 0.4), 2: (0.6, 0.5)}
+  arm = {0: (0.5, 0.5), 1: (0.7, 0.7), 2: (0.6, 0.6)}  # d1 +0.1, +0.3, +0.1
+  curves = [at("b", s, *v) for s, v in base.items()]
+  curves += [at("a", s, *v) for s, v in arm.items()]
+  stats = report.summarize_env(curves, "b", threshold=0.5)
+  d1 = stats["a"]["vs_baseline"]["final_success_d1"]
+  half = T_975_2 * (0.2 / math.sqrt(3)) / math.sqrt(3)
+  assert d1["mean"] == pytest.approx(1 / 6)
+  assert (d1["lo"], d1["hi"]) == pytest.approx((1 / 6 - half, 1 / 6 + half))
+  assert stats["a"]["vs_baseline"]["final_success_d0"]["mean"] == 0.0
+  assert stats["b"]["final_success_d1"]["mean"] == pytest.approx(1.3 / 3)
+  table = report._env_table("s", stats, "b")
+  assert "| estimator | d0 | Δ d0 | d1 | Δ d1 |" in table
+  # Runs that evaluated different difficulties get no per-difficulty rows.
+  curves[0].final_by_difficulty = {0: 0.5}
+  stats = report.summarize_env(curves, "b", threshold=0.5)
+  assert not any(k.startswith("final_success_d") for k in stats["a"])
+  assert "Δ d0" not in report._env_table("s", stats, "b")
