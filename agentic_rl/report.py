@@ -75,9 +75,10 @@ class RunCurve:
   train_success: np.ndarray = dataclasses.field(
     default_factory=lambda: np.zeros(0)
   )
-  # held-out success per task difficulty at the last evaluation (empty
-  # when the evaluations log no `eval/success_rate/d<k>`)
-  final_by_difficulty: dict[int, float] = dataclasses.field(
+  # held-out success per task difficulty at each evaluation, like
+  # `success` (empty unless every evaluation logs the same
+  # `eval/success_rate/d<k>` entries)
+  success_by_difficulty: dict[int, np.ndarray] = dataclasses.field(
     default_factory=dict
   )
 
@@ -88,6 +89,10 @@ class RunCurve:
   @property
   def final_return(self) -> float:
     return float(self.returns[-1])
+
+  @property
+  def final_by_difficulty(self) -> dict[int, float]:
+    return {d: float(v[-1]) for d, v in self.success_by_difficulty.items()}
 
 
 # ---------------------------------------------------------------------------
@@ -263,17 +268,24 @@ def load_run(root: str | os.PathLike, run: Mapping[str, Any]) -> RunCurve:
     points = [
       (0, first["eval/success_rate"], first.get("eval/return_mean", math.nan))
     ]
+    levels = [by_difficulty(first)]
   elif sft:
     points = [(0, sft[0]["success_rate"], sft[0]["return_mean"])]
+    levels = [{}]
   else:
-    points = []
+    points, levels = [], []
   points += [
     (r["rl_step"], r["eval/success_rate"], r.get("eval/return_mean", math.nan))
     for r in evals
   ]
+  levels += [by_difficulty(r) for r in evals]
   if not points:
     raise ReportError(f"{wd}: no held-out evaluation in summary or metrics")
-  last_eval = evals[-1] if evals else (first or {})
+  same = {tuple(sorted(lv)) for lv in levels}
+  per_level = {
+    d: np.asarray([lv[d] for lv in levels], np.float64)
+    for d in (same.pop() if len(same) == 1 else ())
+  }
   config = _read_json(wd / "config.json")
   timing = wd / "sweep_timing.json"
   seconds = _read_json(timing).get("seconds") if timing.is_file() else None
@@ -295,7 +307,7 @@ def load_run(root: str | os.PathLike, run: Mapping[str, Any]) -> RunCurve:
     train_success=np.asarray(
       [r["success_rate"] for r in rows if "success_rate" in r], np.float64
     ),
-    final_by_difficulty=by_difficulty(last_eval),
+    success_by_difficulty=per_level,
   )
 
 
@@ -356,10 +368,8 @@ def summarize_env(
     metrics["train_success_gain"] = lambda c: train_gain(c.train_success)
   # Final success per difficulty, when every run evaluated the same ones
   # (and more than one: with one it is final_success again).
-  levels = {tuple(sorted(c.final_by_difficulty)) for c in curves}
-  if len(levels) == 1 and len(ds := levels.pop()) > 1:
-    for d in ds:
-      metrics[f"final_success_d{d}"] = lambda c, d=d: c.final_by_difficulty[d]
+  for d in shared_difficulties(curves):
+    metrics[f"final_success_d{d}"] = lambda c, d=d: c.final_by_difficulty[d]
   per_seed = {
     est: {m: {s: f(c) for s, c in runs.items()} for m, f in metrics.items()}
     for est, runs in by_est.items()
@@ -518,6 +528,62 @@ def plot_learning_curves(
   for ax in axes[:, 0]:
     ax.set_ylabel("held-out success", fontsize=8)
   fig.suptitle(f"{env}: mean and 95% CI over seeds", fontsize=10)
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+
+
+def shared_difficulties(curves: Sequence[RunCurve]) -> tuple[int, ...]:
+  """The difficulties every curve has per-difficulty success for (sorted);
+  () unless all curves have the same ones and there is more than one."""
+  levels = {tuple(sorted(c.success_by_difficulty)) for c in curves}
+  ds = levels.pop() if len(levels) == 1 else ()
+  return ds if len(ds) > 1 else ()
+
+
+def plot_difficulty_curves(
+  env: str,
+  curves: Sequence[RunCurve],
+  path: str | os.PathLike,
+  baseline: str | None = None,
+) -> None:
+  """Held-out success vs RL step on each task difficulty: one panel per
+  difficulty, one line per estimator (mean over seeds, shaded 95% CI)."""
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  levels = shared_difficulties(curves)
+  if not levels:
+    raise ReportError(f"{env}: the runs share no per-difficulty evaluations")
+  names = sorted({c.estimator for c in curves})
+  if baseline in names:
+    names = [baseline] + [n for n in names if n != baseline]
+  fig, axes = plt.subplots(
+    1, len(levels), figsize=(3.1 * len(levels), 3.0), squeeze=False
+  )
+  for ax, d in zip(axes[0], levels, strict=True):
+    for i, est in enumerate(names):
+      mine = [
+        dataclasses.replace(c, success=c.success_by_difficulty[d])
+        for c in curves
+        if c.estimator == est
+      ]
+      x, mean, lo, hi = mean_curve(mine)
+      ax.plot(
+        x, mean, marker="o", color=f"C{i}", label=f"{est} (n={len(mine)})"
+      )
+      if len(mine) > 1:
+        ax.fill_between(x, lo, hi, color=f"C{i}", alpha=0.15)
+    ax.set_title(f"difficulty {d}", fontsize=9)
+    ax.set_xlabel("RL step (0 = after SFT)", fontsize=8)
+    ax.grid(alpha=0.3)
+  axes[0, 0].set_ylabel("held-out success", fontsize=8)
+  axes[0, 0].legend(fontsize=7, loc="upper left")
+  fig.suptitle(
+    f"{env}: per difficulty, mean and 95% CI over seeds", fontsize=10
+  )
   fig.tight_layout()
   fig.savefig(path, dpi=100)
   plt.close(fig)
@@ -840,6 +906,9 @@ def render_readme(
       parts.append(
         f"![{env} paired differences to the baseline](paired_{env}.png)\n"
       )
+      row = next(iter(stats.values()))
+      if any(m.startswith("final_success_d") for m in row):
+        parts.append(f"![{env} per difficulty](difficulty_{env}.png)\n")
   parts.append("## What the numbers show\n")
   parts.extend(f"- {f}" for f in findings(summary))
   parts.append("")
@@ -914,6 +983,13 @@ def write_report(
       manifest["baseline"],
       outdir / f"paired_{env}.png",
     )
+    if shared_difficulties([c for c in grid if c.env == env]):
+      plot_difficulty_curves(
+        env,
+        [c for c in grid if c.env == env],
+        outdir / f"difficulty_{env}.png",
+        baseline=manifest["baseline"],
+      )
   specs = critic_free(estimator_specs(grid))
   credit_rows = heatmaps(specs, outdir / "advantages.png") if specs else []
   summary["credit_table"] = credit_rows

@@ -517,25 +517,37 @@ def test_plot_run_lists_each_step_once_after_a_resume(tmp_path):
   assert (tmp_path / "curve.png").stat().st_size > 0
 
 
-def test_final_success_per_difficulty(tmp_path):
-  # load_run: the last evaluation's eval/success_rate/d<k> entries.
-  _write_run(tmp_path, "s/x/seed0", [(0, 0.1, 0.0), (2, 0.5, 0.0)])
-  path = tmp_path / "s/x/seed0/logs/metrics.jsonl"
+def _add_difficulties(run_dir, rates):
+  """Adds eval/success_rate/d<k> = rates(row)[k] to every evaluation row."""
+  path = pathlib.Path(run_dir) / "logs" / "metrics.jsonl"
   rows = [json.loads(line) for line in path.read_text().splitlines()]
   for r in rows:
-    if "eval/success_rate" in r:  # step 0 and RL step 2
-      r.update(
-        {"eval/success_rate/d0": r["step"], "eval/success_rate/d2": 0.25}
-      )
+    if "eval/success_rate" in r:
+      r.update({f"eval/success_rate/d{k}": v for k, v in rates(r).items()})
   path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_final_success_per_difficulty(tmp_path):
+  # load_run: each evaluation's eval/success_rate/d<k> entries.
+  _write_run(tmp_path, "s/x/seed0", [(0, 0.1, 0.0), (2, 0.5, 0.0)])
+  _add_difficulties(tmp_path / "s/x/seed0", lambda r: {0: r["step"], 2: 0.25})
   run = {"name": "s/x/seed0", "env": "s", "estimator": "x", "seed": 0}
   curve = report.load_run(tmp_path, run)
   assert curve.final_by_difficulty == {0: 8.5, 2: 0.25}  # RL step 2's row
+  np.testing.assert_array_equal(curve.success_by_difficulty[0], [0.0, 8.5])
+  # A step-0 row without them (an older run): no per-difficulty curve.
+  _write_run(tmp_path, "s/x/seed1", [(0, 0.1, 0.0), (2, 0.5, 0.0)])
+  _add_difficulties(
+    tmp_path / "s/x/seed1", lambda r: {0: 0.5, 2: 0.25} if r["step"] else {}
+  )
+  old = report.load_run(tmp_path, {**run, "name": "s/x/seed1", "seed": 1})
+  assert old.success_by_difficulty == {} and old.final_by_difficulty == {}
 
   # summarize_env: per-difficulty finals, paired against the baseline.
   def at(est, seed, d0, d1):
     c = _curve(seed, [0, 1], [0.0, (d0 + d1) / 2])
-    c.estimator, c.final_by_difficulty = est, {0: d0, 1: d1}
+    c.estimator = est
+    c.success_by_difficulty = {0: np.r_[0.0, d0], 1: np.r_[0.0, d1]}
     return c
 
   base = {0: (0.5, 0.4), 1: (0.7, 0.4), 2: (0.6, 0.5)}
@@ -552,7 +564,39 @@ def test_final_success_per_difficulty(tmp_path):
   table = report._env_table("s", stats, "b")
   assert "| estimator | d0 | Δ d0 | d1 | Δ d1 |" in table
   # Runs that evaluated different difficulties get no per-difficulty rows.
-  curves[0].final_by_difficulty = {0: 0.5}
+  curves[0].success_by_difficulty = {0: np.r_[0.0, 0.5]}
   stats = report.summarize_env(curves, "b", threshold=0.5)
   assert not any(k.startswith("final_success_d") for k in stats["a"])
   assert "Δ d0" not in report._env_table("s", stats, "b")
+
+
+def test_report_plots_and_tables_each_difficulty(tmp_path):
+  root, runs = tmp_path / "cur", []
+  for (est, seed), curve in CURVES.items():
+    name = f"lake/{est}/seed{seed}"
+    _write_run(root, name, curve)
+    # Difficulty 1 at half difficulty 0's rate.
+    _add_difficulties(
+      root / name,
+      lambda r: {0: r["eval/success_rate"], 1: r["eval/success_rate"] / 2},
+    )
+    runs.append({"name": name, "env": "lake", "estimator": est, "seed": seed})
+  manifest = {
+    "name": "cur",
+    "config": "cur.py",
+    "envs": ["lake"],
+    "estimators": ["grpo", "gigpo"],
+    "seeds": [0, 1, 2],
+    "baseline": "grpo",
+    "runs": runs,
+  }
+  (root / "sweep.json").write_text(json.dumps(manifest))
+  s = report.write_report(str(root), str(tmp_path / "out"))
+  gigpo = s["envs"]["lake"]["gigpo"]
+  # d1 = d0 / 2, so its paired difference is half of final success's.
+  d0, d1 = (gigpo["vs_baseline"][f"final_success_d{d}"] for d in (0, 1))
+  assert d0["mean"] == pytest.approx(1 / 6)
+  assert d1["mean"] == pytest.approx(1 / 12)
+  assert (tmp_path / "out" / "difficulty_lake.png").stat().st_size > 0
+  readme = (tmp_path / "out" / "README.md").read_text()
+  assert "](difficulty_lake.png)" in readme and "| Δ d1 |" in readme
