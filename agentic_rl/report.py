@@ -75,11 +75,15 @@ class RunCurve:
   train_success: np.ndarray = dataclasses.field(
     default_factory=lambda: np.zeros(0)
   )
-  # held-out success per task difficulty at each evaluation, like
-  # `success` (empty unless every evaluation logs the same
-  # `eval/success_rate/d<k>` entries)
+  # held-out success per task difficulty at the RL steps
+  # `difficulty_steps`: the evaluations that log `eval/success_rate/d<k>`
+  # (empty unless they all log the same difficulties). A run warm-started
+  # by older code lacks them at step 0.
   success_by_difficulty: dict[int, np.ndarray] = dataclasses.field(
     default_factory=dict
+  )
+  difficulty_steps: np.ndarray = dataclasses.field(
+    default_factory=lambda: np.zeros(0)
   )
 
   @property
@@ -281,11 +285,13 @@ def load_run(root: str | os.PathLike, run: Mapping[str, Any]) -> RunCurve:
   levels += [by_difficulty(r) for r in evals]
   if not points:
     raise ReportError(f"{wd}: no held-out evaluation in summary or metrics")
-  same = {tuple(sorted(lv)) for lv in levels}
+  logged = [(p[0], lv) for p, lv in zip(points, levels, strict=True) if lv]
+  same = {tuple(sorted(lv)) for _, lv in logged}
   per_level = {
-    d: np.asarray([lv[d] for lv in levels], np.float64)
+    d: np.asarray([lv[d] for _, lv in logged], np.float64)
     for d in (same.pop() if len(same) == 1 else ())
   }
+  level_steps = [step for step, _ in logged] if per_level else []
   config = _read_json(wd / "config.json")
   timing = wd / "sweep_timing.json"
   seconds = _read_json(timing).get("seconds") if timing.is_file() else None
@@ -308,6 +314,7 @@ def load_run(root: str | os.PathLike, run: Mapping[str, Any]) -> RunCurve:
       [r["success_rate"] for r in rows if "success_rate" in r], np.float64
     ),
     success_by_difficulty=per_level,
+    difficulty_steps=np.asarray(level_steps, np.float64),
   )
 
 
@@ -566,7 +573,9 @@ def plot_difficulty_curves(
   for ax, d in zip(axes[0], levels, strict=True):
     for i, est in enumerate(names):
       mine = [
-        dataclasses.replace(c, success=c.success_by_difficulty[d])
+        dataclasses.replace(
+          c, steps=c.difficulty_steps, success=c.success_by_difficulty[d]
+        )
         for c in curves
         if c.estimator == est
       ]

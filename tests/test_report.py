@@ -535,13 +535,23 @@ def test_final_success_per_difficulty(tmp_path):
   curve = report.load_run(tmp_path, run)
   assert curve.final_by_difficulty == {0: 8.5, 2: 0.25}  # RL step 2's row
   np.testing.assert_array_equal(curve.success_by_difficulty[0], [0.0, 8.5])
-  # A step-0 row without them (an older run): no per-difficulty curve.
-  _write_run(tmp_path, "s/x/seed1", [(0, 0.1, 0.0), (2, 0.5, 0.0)])
+  np.testing.assert_array_equal(curve.difficulty_steps, [0, 2])
+  # A step-0 row without them (warm-started by older code): the curve
+  # starts at the first evaluation that has them.
+  _write_run(tmp_path, "s/x/seed1", [(0, 0.1, 0.0), (1, 0.2, 0), (2, 0.5, 0)])
   _add_difficulties(
     tmp_path / "s/x/seed1", lambda r: {0: 0.5, 2: 0.25} if r["step"] else {}
   )
   old = report.load_run(tmp_path, {**run, "name": "s/x/seed1", "seed": 1})
-  assert old.success_by_difficulty == {} and old.final_by_difficulty == {}
+  assert old.final_by_difficulty == {0: 0.5, 2: 0.25}
+  np.testing.assert_array_equal(old.difficulty_steps, [1, 2])
+  # Evaluations that disagree on the difficulties: no per-difficulty curve.
+  _write_run(tmp_path, "s/x/seed2", [(0, 0.1, 0.0), (2, 0.5, 0.0)])
+  _add_difficulties(
+    tmp_path / "s/x/seed2", lambda r: {0: 0.5, 2: 0.25} if r["step"] else {0: 0}
+  )
+  odd = report.load_run(tmp_path, {**run, "name": "s/x/seed2", "seed": 2})
+  assert odd.success_by_difficulty == {} and odd.difficulty_steps.size == 0
 
   # summarize_env: per-difficulty finals, paired against the baseline.
   def at(est, seed, d0, d1):
@@ -580,6 +590,9 @@ def test_report_plots_and_tables_each_difficulty(tmp_path):
       root / name,
       lambda r: {0: r["eval/success_rate"], 1: r["eval/success_rate"] / 2},
     )
+    # A learned critic's estimator: no advantage heatmaps (seconds of JAX).
+    config = {"estimator": {"name": "gae", "level": "turn"}}
+    (root / name / "config.json").write_text(json.dumps(config))
     runs.append({"name": name, "env": "lake", "estimator": est, "seed": seed})
   manifest = {
     "name": "cur",
@@ -600,3 +613,4 @@ def test_report_plots_and_tables_each_difficulty(tmp_path):
   assert (tmp_path / "out" / "difficulty_lake.png").stat().st_size > 0
   readme = (tmp_path / "out" / "README.md").read_text()
   assert "](difficulty_lake.png)" in readme and "| Δ d1 |" in readme
+  assert not (tmp_path / "out" / "advantages.png").exists()

@@ -716,6 +716,7 @@ def test_curriculum_sweep_differs_from_gigpo_only_in_the_curriculum():
   assert set(smoke) == {
     "sokoban/sft/seed0", "sokoban/gigpo/seed0", "sokoban/gigpo_curriculum/seed0"
   }  # fmt: skip
-  assert dict(smoke["sokoban/gigpo/seed0"].overrides)[
-    "tasks.difficulties"
-  ] == "(0,1)"
+  assert (
+    dict(smoke["sokoban/gigpo/seed0"].overrides)["tasks.difficulties"]
+    == "(0,1)"
+  )

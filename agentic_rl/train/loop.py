@@ -1124,8 +1124,10 @@ def train(config, workdir: str) -> dict[str, Any]:
 
 
 def _eval_headline(ev: dict[str, float]) -> dict[str, float]:
+  """What `host["evals"]` (and summary.json) keep of an evaluation."""
+  keys = ("success_rate", "return_mean", "turns_per_episode")
   return {
-    k: ev[k] for k in ("success_rate", "return_mean", "turns_per_episode")
+    k: v for k, v in ev.items() if k in keys or k.startswith("success_rate/")
   }
 
 

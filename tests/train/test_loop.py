@@ -141,6 +141,10 @@ def test_sft_stage_then_warm_start_skips_sft(sft_stage, tmp_path):
   assert not any("sft/loss" in r for r in rows)  # no SFT ran here
   (first,) = [r for r in rows if r["step"] == 0]
   assert first["eval/success_rate"] == stage["success_after_sft"]
+  # The stage's per-difficulty rate comes along (one difficulty here).
+  (sft_eval,) = [e for e in stage["evals"] if e["phase"] == "sft"]
+  assert first["eval/success_rate/d0"] == sft_eval["success_rate/d0"]
+  assert sft_eval["success_rate/d0"] == stage["success_after_sft"]
   # It resumes from its own checkpoint, not the source, from then on.
   again = loop.train(_config(2, estimator="grpo"), str(tmp_path / "rl"))
   assert again["rl_steps"] == 2
