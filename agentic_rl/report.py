@@ -710,6 +710,13 @@ def _ci(stat: Mapping[str, Any]) -> str:
   return f"{_fmt(stat['mean'])} [{_fmt(stat['lo'])}, {_fmt(stat['hi'])}]"
 
 
+def _difficulty_metrics(stats: Mapping[str, Any]) -> list[str]:
+  """The `final_success_d<k>` metrics of an env's summary (summarize_env
+  gives every estimator the same ones)."""
+  row = next(iter(stats.values()))
+  return [m for m in row if m.startswith("final_success_d")]
+
+
 def _env_table(env: str, stats: Mapping[str, Any], baseline: str) -> str:
   head = (
     "| estimator | seeds | final success | final return | AUC success |"
@@ -728,8 +735,7 @@ def _env_table(env: str, stats: Mapping[str, Any], baseline: str) -> str:
       f" {_ci(vs['final_success']) if vs else 'baseline'} |"
       f" {_ci(vs['auc_success']) if vs else 'baseline'} |"
     )
-  first = next(iter(stats.values()))
-  levels = [m for m in first if m.startswith("final_success_d")]
+  levels = _difficulty_metrics(stats)
   if levels:
     names = [m.removeprefix("final_success_") for m in levels]
     lines += [
@@ -915,8 +921,7 @@ def render_readme(
       parts.append(
         f"![{env} paired differences to the baseline](paired_{env}.png)\n"
       )
-      row = next(iter(stats.values()))
-      if any(m.startswith("final_success_d") for m in row):
+      if _difficulty_metrics(stats):
         parts.append(f"![{env} per difficulty](difficulty_{env}.png)\n")
   parts.append("## What the numbers show\n")
   parts.extend(f"- {f}" for f in findings(summary))
@@ -978,26 +983,15 @@ def write_report(
   outdir = pathlib.Path(out)
   outdir.mkdir(parents=True, exist_ok=True)
   plots = {}
+  base = manifest["baseline"]
   for env in summary["envs"]:
+    curves = [c for c in grid if c.env == env]
     plots[env] = f"curves_{env}.png"
-    plot_learning_curves(
-      env,
-      [c for c in grid if c.env == env],
-      outdir / plots[env],
-      baseline=manifest["baseline"],
-    )
-    plot_paired_differences(
-      env,
-      [c for c in grid if c.env == env],
-      manifest["baseline"],
-      outdir / f"paired_{env}.png",
-    )
-    if shared_difficulties([c for c in grid if c.env == env]):
+    plot_learning_curves(env, curves, outdir / plots[env], baseline=base)
+    plot_paired_differences(env, curves, base, outdir / f"paired_{env}.png")
+    if shared_difficulties(curves):
       plot_difficulty_curves(
-        env,
-        [c for c in grid if c.env == env],
-        outdir / f"difficulty_{env}.png",
-        baseline=manifest["baseline"],
+        env, curves, outdir / f"difficulty_{env}.png", baseline=base
       )
   specs = critic_free(estimator_specs(grid))
   credit_rows = heatmaps(specs, outdir / "advantages.png") if specs else []
