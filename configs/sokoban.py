@@ -130,6 +130,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   }
   c.sft = {
     "num_demos": 512,
+    # () takes the first num_demos training tasks (all of the first
+    # difficulty when the pool has several); (0, 1, 2) spreads them evenly
+    "demo_difficulties": (),
     "steps": 150,
     "batch_size": 32,
     "optimizer": _optimizer(3e-3, warmup=10),
@@ -231,6 +234,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.length_buckets = (128, 256, 512)
     c.sft = {
       "num_demos": 8,
+      "demo_difficulties": c.sft.demo_difficulties,
       "steps": 3,
       "batch_size": 4,
       "optimizer": _optimizer(1e-3),

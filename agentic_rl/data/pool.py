@@ -63,6 +63,10 @@ class SamplerStateError(ValueError):
   """A sampler state does not belong to this pool or filter."""
 
 
+class StratifyError(ValueError):
+  """A pool holds too few tasks of a difficulty to take an even share."""
+
+
 class TaskGenerationError(RuntimeError):
   """An environment's generator kept rejecting seeds."""
 
@@ -291,6 +295,33 @@ class TaskPool:
   def split(self, name: str) -> TaskPool:
     split_seed_range(name)
     return self.filter(TaxonomyFilter(splits=(name,)))
+
+  def stratified(self, count: int, difficulties: Sequence[int]) -> TaskPool:
+    """`count` tasks spread evenly over `difficulties`: the first
+    `count // k` tasks of each (pool order), the earlier difficulties
+    taking one more each while `count % k` is left; grouped by
+    difficulty in the order given."""
+    difficulties = [int(d) for d in difficulties]
+    if not difficulties or len(set(difficulties)) != len(difficulties):
+      raise StratifyError(
+        f"difficulties {difficulties}: expected distinct difficulties"
+      )
+    if count < len(difficulties):
+      raise StratifyError(
+        f"{count} tasks cannot cover {len(difficulties)} difficulties "
+        f"{difficulties}"
+      )
+    per, extra = divmod(count, len(difficulties))
+    out = []
+    for i, d in enumerate(difficulties):
+      want = per + (i < extra)
+      have = [t for t in self._tasks if t.difficulty == d]
+      if len(have) < want:
+        raise StratifyError(
+          f"difficulty {d}: {want} tasks wanted, the pool holds {len(have)}"
+        )
+      out += have[:want]
+    return TaskPool(out)
 
   def negatives(self) -> TaskPool:
     return TaskPool([t for t in self._tasks if is_negative(t)])

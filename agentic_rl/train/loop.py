@@ -96,7 +96,7 @@ from agentic_rl.train.state import (
   make_layout,
   make_optimizer,
 )
-from agentic_rl.types import TrajectoryBatch, turns_to_tokens
+from agentic_rl.types import Task, TrajectoryBatch, turns_to_tokens
 
 CONSOLE_KEYS = (
   "sft/loss",
@@ -211,6 +211,7 @@ def setup(config, workdir: str) -> Run:
       )
   pool = task_pool(config)
   train_pool = pool.split("train")
+  sft_demo_tasks(train_pool, config.sft)  # a bad demo mix fails here
   task_sampler = train_pool.sampler(config.seed)
   stack = rewards.from_config(config.rewards)
   samplers = make_samplers(state.model.merge(), **config.sampler.to_dict())
@@ -613,6 +614,16 @@ def _mean_metrics(history: list[dict[str, float]]) -> dict[str, float]:
   return out
 
 
+def sft_demo_tasks(train_pool: TaskPool, cfg) -> list[Task]:
+  """The cold start's expert tasks: the first `sft.num_demos` training
+  tasks or, with `sft.demo_difficulties`, that many spread evenly over
+  those difficulties (`TaskPool.stratified`)."""
+  difficulties = tuple(cfg.get("demo_difficulties") or ())
+  if difficulties:
+    return list(train_pool.stratified(cfg.num_demos, difficulties))
+  return list(train_pool)[: cfg.num_demos]
+
+
 def sft(run: Run) -> None:
   """Cold start: expert demos, cross-entropy on the policy's tokens; or,
   with `distill.teacher` set, distillation from the teacher's verified
@@ -622,7 +633,7 @@ def sft(run: Run) -> None:
   if teacher:
     demos, step_fn, prefix = distill_data(run, teacher)
   else:
-    demo_tasks = list(run.train_pool)[: cfg.num_demos]
+    demo_tasks = sft_demo_tasks(run.train_pool, cfg)
     demos = expert_trajectories(
       demo_tasks, run.rollout.env_factory, run.tokenizer, run.rollout.config
     )

@@ -21,8 +21,16 @@ Both arms share the task pools (1,000 training levels per difficulty,
 rollout keys; the grid is otherwise the credit-assignment sweep's
 Sokoban arm (30 RL steps of 8 tasks x 8 rollouts). The held-out
 evaluations log `eval/success_rate/d<k>` per difficulty. `arg`: as
-`sokoban_reward_input` ('', 'smoke' or 'seeds=N').
-Measured: experiments/sokoban_curriculum/README.md.
+`sokoban_reward_input` ('', 'smoke' or 'seeds=N'), plus `mixed`: the
+cold start's demos spread evenly over the three difficulties
+(`sft.demo_difficulties`), in every run of the sweep:
+
+  python scripts/sweep.py \
+      --config=configs/ablations/sokoban_curriculum.py:mixed,seeds=2 \
+      --root=experiments/sokoban_curriculum_mixed/runs --workers=2
+
+Measured: experiments/sokoban_curriculum/README.md and
+experiments/sokoban_curriculum_mixed/README.md.
 """
 
 import ml_collections
@@ -45,7 +53,10 @@ ARMS = {
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  seeds, smoke = credit_assignment.parse_arg(arg)
+  parts = [p for p in (arg or "").split(",") if p]
+  mixed = "mixed" in parts
+  rest = ",".join(p for p in parts if p != "mixed")
+  seeds, smoke = credit_assignment.parse_arg(rest)
   c = sokoban.get_config("gigpo,smoke" if smoke else "gigpo")
   tasks = {
     "difficulties": DIFFICULTIES,
@@ -57,14 +68,18 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     "train_counts": (8, 8),
     "eval_counts": (2, 2),
   }
+  changes, smoke_changes = {"tasks": tasks}, {"tasks": smoke_tasks}
+  if mixed:  # the SFT stages too: they take the sweep's common overrides
+    changes["sft"] = {"demo_difficulties": DIFFICULTIES}
+    smoke_changes["sft"] = {"demo_difficulties": smoke_tasks["difficulties"]}
   c.sweep = credit_assignment.one_env_sweep(
-    "sokoban_curriculum",
+    "sokoban_curriculum_mixed" if mixed else "sokoban_curriculum",
     "sokoban",
     ("gigpo", *ARMS),
     seeds,
     smoke,
-    changes={"tasks": tasks},
-    smoke_changes={"tasks": smoke_tasks},
+    changes=changes,
+    smoke_changes=smoke_changes,
   )
   c.sweep.baseline = "gigpo"
   c.sweep.arms = ARMS

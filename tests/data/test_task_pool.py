@@ -218,6 +218,37 @@ def test_taxonomy_filter():
   assert TaxonomyFilter.from_dict(f.to_dict()) == f
 
 
+def test_stratified_takes_even_shares_in_pool_order():
+  train = TaskPool.from_envs(spec()).split("train")  # 8 of d0, then 4 of d1
+  ids = {d: [t.id for t in train if t.difficulty == d] for d in (0, 1)}
+  # 7 over two difficulties: 4 + 3, the first of each in pool order.
+  picked = train.stratified(7, (0, 1))
+  assert [t.id for t in picked] == ids[0][:4] + ids[1][:3]
+  # The order given is the order taken, and the remainder goes first.
+  assert [t.id for t in train.stratified(5, [1, 0])] == (
+    ids[1][:3] + ids[0][:2]
+  )
+  assert [t.id for t in train.stratified(3, (1,))] == ids[1][:3]
+  # The plain prefix would be all difficulty 0.
+  assert {t.difficulty for t in list(train)[:7]} == {0}
+
+
+@pytest.mark.parametrize(
+  "count, difficulties, message",
+  [
+    (10, (0, 1), "difficulty 1: 5 tasks wanted, the pool holds 4"),
+    (4, (0, 2), "difficulty 2: 2 tasks wanted, the pool holds 0"),
+    (4, (0, 0), "distinct"),
+    (4, (), "distinct"),
+    (1, (0, 1), "cannot cover"),
+  ],
+)
+def test_stratified_names_what_is_missing(count, difficulties, message):
+  train = TaskPool.from_envs(spec()).split("train")
+  with pytest.raises(pool_lib.StratifyError, match=message):
+    train.stratified(count, difficulties)
+
+
 def draw_ids(sampler, n):
   return [t.id for t in sampler.sample(n)]
 

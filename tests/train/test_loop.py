@@ -10,6 +10,7 @@ import pytest
 from tensorboard.backend.event_processing import event_accumulator
 
 from agentic_rl import losses
+from agentic_rl.data import pool as pool_lib
 from agentic_rl.data import trajectory_io
 from agentic_rl.train import critic as critic_lib
 from agentic_rl.train import loop
@@ -484,6 +485,24 @@ def test_rl_trains_the_distribution_the_rollouts_sample(tmp_path):
   config.distill = {"teacher": "/nowhere", "kd_coeff": 0.0}
   with pytest.raises(losses.LossConfigError, match="kd_coeff"):
     loop.setup(config, str(tmp_path))
+
+
+def test_sft_demos_spread_over_the_configured_difficulties(tmp_path):
+  config = sokoban.get_config("gigpo,smoke,curriculum")  # difficulties 0, 1
+  train = loop.task_pool(config).split("train")
+  first = loop.sft_demo_tasks(train, config.sft)  # the default: a prefix
+  assert [t.id for t in first] == [t.id for t in train][: config.sft.num_demos]
+  assert {t.difficulty for t in first} == {0}
+  config.sft.demo_difficulties = (0, 1)
+  mixed = loop.sft_demo_tasks(train, config.sft)
+  half = config.sft.num_demos // 2
+  assert [t.difficulty for t in mixed] == [0] * half + [1] * half
+  assert [t.id for t in mixed[:half]] == [t.id for t in first[:half]]
+  # A difficulty the pool lacks stops the run before any work.
+  config.sft.demo_difficulties = (0, 3)
+  with pytest.raises(pool_lib.StratifyError, match="difficulty 3"):
+    loop.setup(config, str(tmp_path))
+  assert not (tmp_path / "checkpoints").exists()
 
 
 def test_curriculum_and_replay_drive_rl_and_resume_exactly(tmp_path):
