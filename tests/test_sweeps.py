@@ -726,25 +726,30 @@ def test_mixed_curriculum_sweep_spreads_every_runs_demos():
   runs = _runs_by_name("configs/ablations/sokoban_curriculum.py:mixed")
   sweep = sweeps.load_config("configs/ablations/sokoban_curriculum.py:mixed")
   assert sweep.sweep.name == "sokoban_curriculum_mixed"
-  assert len(runs) == 3 + 3 * 2
+  assert len(runs) == 3 + 3 * 3
   for seed in (0, 1, 2):
     sft = runs[f"sokoban/sft/seed{seed}"]
-    base, arm = (
-      runs[f"sokoban/{e}/seed{seed}"] for e in ("gigpo", "gigpo_curriculum")
+    base, arm, low = (
+      runs[f"sokoban/{e}/seed{seed}"]
+      for e in ("gigpo", "gigpo_curriculum", "gigpo_curriculum_t20")
     )
     # The SFT stage is the one the override matters for; the arms carry it
     # too, so each run's saved config says which demos its start saw.
-    for run in (sft, base, arm):
+    for run in (sft, base, arm, low):
       assert dict(run.overrides)["sft.demo_difficulties"] == "(0,1,2)"
-    assert set(arm.overrides) - set(base.overrides) == {
-      ("curriculum.promote_threshold", "0.35")
-    }
+    for run, threshold in ((arm, "0.35"), (low, "0.2")):
+      assert run.config_arg == "gigpo,curriculum"
+      assert run.init_from_run == sft.name
+      assert set(run.overrides) - set(base.overrides) == {
+        ("curriculum.promote_threshold", threshold)
+      }
   plain = _runs_by_name("configs/ablations/sokoban_curriculum.py")
   assert all("sft.demo_difficulties" not in dict(r.overrides)
              for r in plain.values())  # fmt: skip
   smoke = _runs_by_name("configs/ablations/sokoban_curriculum.py:mixed,smoke")
   assert set(smoke) == {
-    "sokoban/sft/seed0", "sokoban/gigpo/seed0", "sokoban/gigpo_curriculum/seed0"
+    "sokoban/sft/seed0", "sokoban/gigpo/seed0",
+    "sokoban/gigpo_curriculum/seed0", "sokoban/gigpo_curriculum_t20/seed0",
   }  # fmt: skip
   flat = dict(smoke["sokoban/sft/seed0"].overrides)
   assert flat["sft.demo_difficulties"] == flat["tasks.difficulties"] == "(0,1)"
