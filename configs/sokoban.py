@@ -189,6 +189,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       "min_episodes": 64,
       "window": 128,
       "frontier_weight": 0.7,
+      "hold": 1,  # consecutive episodes at the threshold before unlocking
     }
   # Replay of past trajectories with the advantages they were given
   # (`data.replay`; {}: off). fraction: replayed rows per fresh one.

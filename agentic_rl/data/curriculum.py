@@ -2,11 +2,14 @@
 
 Difficulties unlock one at a time, easiest first. The newest unlocked one is
 the frontier: once its success rate over the last `window` episodes reaches
-`promote_threshold` (with at least `min_episodes` seen), the next difficulty
-unlocks. Sampling weights put `frontier_weight` on the frontier and spread
-the rest evenly over the mastered difficulties, which stay in rotation as
-review, so forgetting shows up in their success rates instead of going
-unseen. Feed `weights()` to `TaskSampler.set_difficulty_weights`.
+`promote_threshold` (with at least `min_episodes` seen) and has stayed there
+for `hold` consecutive recorded episodes, the next difficulty unlocks. With a
+small window one lucky batch can cross the threshold; a `hold` of a batch or
+more asks the rate to last. Sampling weights put `frontier_weight` on the
+frontier and spread the rest evenly over the mastered difficulties, which
+stay in rotation as review, so forgetting shows up in their success rates
+instead of going unseen. Feed `weights()` to
+`TaskSampler.set_difficulty_weights`.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ class SuccessRateCurriculum:
     window: int = 128,
     frontier_weight: float = 0.7,
     initially_unlocked: int = 1,
+    hold: int = 1,
   ):
     if not difficulties or len(set(difficulties)) != len(difficulties):
       raise ValueError(f"difficulties must be distinct, got {difficulties}")
@@ -48,11 +52,15 @@ class SuccessRateCurriculum:
         f"initially_unlocked must be in [1, {len(difficulties)}], got "
         f"{initially_unlocked}"
       )
+    if hold < 1:
+      raise ValueError(f"hold must be >= 1 episode, got {hold}")
     self.difficulties = tuple(sorted(difficulties))
     self.promote_threshold = promote_threshold
     self.min_episodes = min_episodes
     self.window = window
     self.frontier_weight = frontier_weight
+    self.hold = hold
+    self.streak = 0  # consecutive updates with the frontier at threshold
     self.unlocked = initially_unlocked
     self.episodes = 0
     self.promotions: list[tuple[int, int]] = []  # (difficulty, episode)
@@ -86,8 +94,10 @@ class SuccessRateCurriculum:
     ready = len(h) >= self.min_episodes and (
       math.fsum(h) / len(h) >= self.promote_threshold
     )
-    if ready and self.unlocked < len(self.difficulties):
+    self.streak = self.streak + 1 if ready else 0
+    if self.streak >= self.hold and self.unlocked < len(self.difficulties):
       self.unlocked += 1
+      self.streak = 0
       self.promotions.append((self.frontier, self.episodes))
       return True
     return False
@@ -118,6 +128,7 @@ class SuccessRateCurriculum:
       "difficulties": list(self.difficulties),
       "unlocked": self.unlocked,
       "episodes": self.episodes,
+      "streak": self.streak,
       "promotions": [list(p) for p in self.promotions],
       "history": {str(d): list(h) for d, h in self._history.items()},
     }
@@ -130,6 +141,7 @@ class SuccessRateCurriculum:
       )
     self.unlocked = int(state["unlocked"])
     self.episodes = int(state["episodes"])
+    self.streak = int(state.get("streak", 0))  # absent before `hold` existed
     self.promotions = [(int(d), int(e)) for d, e in state["promotions"]]
     for d in self.difficulties:
       self._history[d] = collections.deque(

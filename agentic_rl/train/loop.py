@@ -211,7 +211,11 @@ def setup(config, workdir: str) -> Run:
       )
   pool = task_pool(config)
   train_pool = pool.split("train")
-  sft_demo_tasks(train_pool, config.sft)  # a bad demo mix fails here
+  takes_demos = config.sft.steps > 0 and not (
+    config.get("init_from") or _section(config, "distill").get("teacher")
+  )
+  if takes_demos:  # a bad demo mix fails here, before any work
+    sft_demo_tasks(train_pool, config.sft)
   task_sampler = train_pool.sampler(config.seed)
   stack = rewards.from_config(config.rewards)
   samplers = make_samplers(state.model.merge(), **config.sampler.to_dict())
@@ -325,7 +329,7 @@ def setup(config, workdir: str) -> Run:
 
 CURRICULUM_KEYS = (
   "promote_threshold", "min_episodes", "window", "frontier_weight",
-  "initially_unlocked",
+  "initially_unlocked", "hold",
 )  # fmt: skip
 # Every replay key but `capacity` (required) and its default.
 REPLAY_DEFAULTS = {

@@ -45,14 +45,37 @@ def test_promotion_golden():
   assert not any(c.update(2, 1.0) for _ in range(8))
 
 
+def test_hold_needs_the_rate_to_last():
+  # threshold 0.75 over a window of 4; `hold` counts consecutive updates
+  # with the frontier at or above it.
+  outcomes = (1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 1)
+  # window rate after each: -, -, -, 1, .75, .5, .5, .5, .75, 1, 1
+  eager, patient = curriculum(), curriculum(hold=3)
+  assert [eager.update(0, s) for s in outcomes[:4]] == [False] * 3 + [True]
+  promoted = [patient.update(0, s) for s in outcomes]
+  # streaks: 1, 2 at episodes 4-5, broken at 6, then 1, 2, 3 at 9-11
+  assert promoted == [False] * 10 + [True]
+  assert patient.promotions == [(1, 11)] and patient.streak == 0
+  # a review episode counts as an update: the streak is over episodes
+  c = curriculum(hold=2, initially_unlocked=2)
+  assert [c.update(1, s) for s in (1, 1, 1, 1)] == [False] * 4  # streak 1
+  assert c.update(0, 0.0) and c.frontier == 2
+  # checkpoints from before `hold` existed resume with no streak
+  state = c.state_dict()
+  del state["streak"]
+  c.streak = 5
+  c.load_state_dict(state)
+  assert c.streak == 0
+
+
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from([0, 1, 2]), st.booleans())))
 def test_weights_are_a_distribution_and_state_resumes(events):
-  a = curriculum()
+  a = curriculum(hold=2)
   half = len(events) // 2
   for d, s in events[:half]:
     a.update(d, float(s))
-  b = curriculum()
+  b = curriculum(hold=2)
   b.load_state_dict(json.loads(json.dumps(a.state_dict())))
   for d, s in events[half:]:
     assert a.update(d, float(s)) == b.update(d, float(s))
@@ -88,6 +111,8 @@ def test_curriculum_errors():
     SuccessRateCurriculum([0, 0])
   with pytest.raises(ValueError, match="min_episodes"):
     SuccessRateCurriculum([0], min_episodes=10, window=5)
+  with pytest.raises(ValueError, match="hold"):
+    SuccessRateCurriculum([0], hold=0)
   c = curriculum()
   with pytest.raises(KeyError, match="not in the curriculum"):
     c.update(7, 1.0)

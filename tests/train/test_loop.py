@@ -503,6 +503,12 @@ def test_sft_demos_spread_over_the_configured_difficulties(tmp_path):
   with pytest.raises(pool_lib.StratifyError, match="difficulty 3"):
     loop.setup(config, str(tmp_path))
   assert not (tmp_path / "checkpoints").exists()
+  # A run that takes no demos (no SFT steps) does not check their mix.
+  config.sft.steps = 0
+  run = loop.setup(config, str(tmp_path))
+  assert run.host["phase"] == "sft" and run.host["sft_step"] == 0
+  run.writer.close()
+  run.checkpointer.close()
 
 
 def test_curriculum_and_replay_drive_rl_and_resume_exactly(tmp_path):
