@@ -19,6 +19,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from agentic_rl.types import Trajectory
 
 
@@ -147,3 +149,34 @@ class SuccessRateCurriculum:
       self._history[d] = collections.deque(
         (float(x) for x in state["history"][str(d)]), maxlen=self.window
       )
+
+
+def first_promotion(
+  success_BxN,
+  promote_threshold: float,
+  min_episodes: int,
+  window: int,
+  hold: int = 1,
+) -> np.ndarray:
+  """The episode (1-based) at which each row's frontier would unlock, 0 if
+  it never does within N: `SuccessRateCurriculum.update`'s rule on B
+  streams of 0/1 outcomes of the frontier, vectorized over the streams
+  (for studying the rule's noise, `scripts/curriculum_sim.py`)."""
+  s_BxN = np.asarray(success_BxN)
+  if s_BxN.ndim != 2 or not np.isin(s_BxN, (0, 1)).all():
+    raise ValueError(f"need a [B, N] array of 0/1 outcomes, got {s_BxN!r}")
+  b, n = s_BxN.shape
+  csum_BxN1 = np.concatenate(
+    [np.zeros((b, 1)), np.cumsum(s_BxN, axis=1, dtype=np.float64)], axis=1
+  )
+  t_N = np.arange(1, n + 1)
+  lo_N = np.maximum(t_N - window, 0)
+  seen_N = t_N - lo_N  # episodes in the window after episode t
+  rate_BxN = (csum_BxN1[:, t_N] - csum_BxN1[:, lo_N]) / seen_N
+  ready_BxN = (seen_N >= min_episodes) & (rate_BxN >= promote_threshold)
+  streak_B = np.zeros(b, np.int64)
+  first_B = np.zeros(b, np.int64)
+  for t in range(n):
+    streak_B = np.where(ready_BxN[:, t], streak_B + 1, 0)
+    first_B = np.where((first_B == 0) & (streak_B >= hold), t + 1, first_B)
+  return first_B

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentic_rl.data.curriculum import SuccessRateCurriculum
+from agentic_rl.data.curriculum import SuccessRateCurriculum, first_promotion
 from agentic_rl.data.pool import TaskPool
 from agentic_rl.data.replay import ReplayBuffer
 from agentic_rl.types import Task, Trajectory, Turn
@@ -66,6 +66,41 @@ def test_hold_needs_the_rate_to_last():
   c.streak = 5
   c.load_state_dict(state)
   assert c.streak == 0
+
+
+def test_first_promotion_golden():
+  outcomes = [[1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 1], [0] * 11]
+  rule = dict(promote_threshold=0.75, min_episodes=4, window=4)
+  # the streams of test_hold_needs_the_rate_to_last; the second never unlocks
+  assert first_promotion(outcomes, **rule).tolist() == [4, 0]
+  assert first_promotion(outcomes, **rule, hold=3).tolist() == [11, 0]
+  assert first_promotion(outcomes, **rule, hold=4).tolist() == [0, 0]
+  with pytest.raises(ValueError, match="0/1"):
+    first_promotion([[0.5, 1.0]], **rule)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+  st.lists(st.lists(st.booleans(), min_size=1, max_size=40), min_size=1),
+  st.sampled_from([0.2, 0.5, 0.75]),
+  st.integers(1, 6),
+  st.integers(0, 4),
+  st.integers(1, 5),
+)
+def test_first_promotion_matches_the_curriculum(
+  rows, threshold, window, extra, hold
+):
+  n = max(len(r) for r in rows)
+  stream_BxN = np.array([r + [False] * (n - len(r)) for r in rows], np.int64)
+  min_episodes = max(1, window - extra)
+  got = first_promotion(stream_BxN, threshold, min_episodes, window, hold)
+  for stream, episode in zip(stream_BxN, got, strict=True):
+    c = SuccessRateCurriculum(
+      [0, 1], threshold, min_episodes, window, hold=hold
+    )
+    for s in stream:
+      c.update(0, float(s))
+    assert episode == (c.promotions[0][1] if c.promotions else 0)
 
 
 @settings(max_examples=50, deadline=None)
