@@ -726,23 +726,29 @@ def test_mixed_curriculum_sweep_spreads_every_runs_demos():
   runs = _runs_by_name("configs/ablations/sokoban_curriculum.py:mixed")
   sweep = sweeps.load_config("configs/ablations/sokoban_curriculum.py:mixed")
   assert sweep.sweep.name == "sokoban_curriculum_mixed"
-  assert len(runs) == 3 + 3 * 3
+  assert len(runs) == 3 + 3 * 4
   for seed in (0, 1, 2):
     sft = runs[f"sokoban/sft/seed{seed}"]
-    base, arm, low = (
+    base, arm, low, held = (
       runs[f"sokoban/{e}/seed{seed}"]
-      for e in ("gigpo", "gigpo_curriculum", "gigpo_curriculum_t20")
-    )
+      for e in (
+        "gigpo", "gigpo_curriculum", "gigpo_curriculum_t20",
+        "gigpo_curriculum_t20_h256",
+      )
+    )  # fmt: skip
     # The SFT stage is the one the override matters for; the arms carry it
     # too, so each run's saved config says which demos its start saw.
-    for run in (sft, base, arm, low):
+    for run in (sft, base, arm, low, held):
       assert dict(run.overrides)["sft.demo_difficulties"] == "(0,1,2)"
-    for run, threshold in ((arm, "0.35"), (low, "0.2")):
+    for run, changes in (
+      (arm, {("curriculum.promote_threshold", "0.35")}),
+      (low, {("curriculum.promote_threshold", "0.2")}),
+      (held, {("curriculum.promote_threshold", "0.2"),
+              ("curriculum.hold", "256")}),
+    ):  # fmt: skip
       assert run.config_arg == "gigpo,curriculum"
       assert run.init_from_run == sft.name
-      assert set(run.overrides) - set(base.overrides) == {
-        ("curriculum.promote_threshold", threshold)
-      }
+      assert set(run.overrides) - set(base.overrides) == changes
   plain = _runs_by_name("configs/ablations/sokoban_curriculum.py")
   assert all("sft.demo_difficulties" not in dict(r.overrides)
              for r in plain.values())  # fmt: skip
@@ -750,6 +756,7 @@ def test_mixed_curriculum_sweep_spreads_every_runs_demos():
   assert set(smoke) == {
     "sokoban/sft/seed0", "sokoban/gigpo/seed0",
     "sokoban/gigpo_curriculum/seed0", "sokoban/gigpo_curriculum_t20/seed0",
+    "sokoban/gigpo_curriculum_t20_h256/seed0",
   }  # fmt: skip
   flat = dict(smoke["sokoban/sft/seed0"].overrides)
   assert flat["sft.demo_difficulties"] == flat["tasks.difficulties"] == "(0,1)"
