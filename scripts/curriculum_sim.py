@@ -154,6 +154,7 @@ def simulate(args, kappas: list[float]) -> list[dict]:
 
 
 def table(rows: list[dict], args) -> str:
+  by_cell = {(r["threshold"], r["kappa"], r["p"], r["hold"]): r for r in rows}
   lines = []
   for threshold in args.thresholds:
     for kappa in sorted({r["kappa"] for r in rows}):
@@ -166,12 +167,7 @@ def table(rows: list[dict], args) -> str:
       for p in args.rates:
         cells = []
         for hold in args.holds:
-          (r,) = [
-            r
-            for r in rows
-            if (r["threshold"], r["kappa"], r["p"], r["hold"])
-            == (threshold, kappa, p, hold)
-          ]
+          r = by_cell[threshold, kappa, p, hold]
           med = r["step_median"]
           cells.append(
             f"{100 * r['promoted']:.1f}"
