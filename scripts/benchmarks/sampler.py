@@ -5,7 +5,9 @@
 Both sides run the same Qwen3-shaped model (preset "qwen3-bench": vocab
 1024, hidden 256, 4 layers, 4 query / 2 kv heads, head dim 64, MLP 1024,
 float32): a random `transformers.Qwen3ForCausalLM` whose weights are copied
-into the NNX model with `agentic_rl.models.hf.from_hf_tensors`. Decoding is
+into the NNX model with `agentic_rl.models.hf.from_hf_tensors`. `--preset`
+names another Qwen3-family preset (say qwen3-0.6b, for an accelerator) and
+`--dtype=bfloat16` stores and computes both sides in bfloat16. Decoding is
 greedy with no stop ids, so every row emits exactly its budget.
 
 * single-turn: batch 1, 8, 32; 64-token prompts; 64 new tokens. New tokens/s
@@ -63,7 +65,9 @@ the breakdown's forward and matmul-floor loops keep the model's layout.
 On an accelerator (`--hf_device=cuda`; JAX then runs on its default
 backend, the GPU), `generate` runs on the same device, both sides do full
 float32 products (no TF32: JAX's matmul precision is set to "highest"),
-and the two-sampler mode, a way to use a second CPU core, is left out.
+and the two-sampler mode, a way to use a second CPU core, is left out, as
+is the op-time trace (a CPU measure). The JSON then also holds each side's
+peak accelerator memory (`accelerator_memory`).
 
 Prints a table and writes JSON (default experiments/benchmarks/sampler.json).
 """
@@ -108,8 +112,13 @@ def sync_torch() -> None:
     torch.cuda.synchronize()
 
 
+def torch_dtype(config: models.ModelConfig) -> torch.dtype:
+  """The torch dtype of the preset's stored weights."""
+  return getattr(torch, config.param_dtype)
+
+
 def hf_reference(config: models.ModelConfig, seed: int) -> torch.nn.Module:
-  """A random HF Qwen3 model of the preset's shape (float32, eval mode)."""
+  """A random HF Qwen3 model of the preset's shape and dtype (eval mode)."""
   hf_config = transformers.Qwen3Config(
     vocab_size=config.vocab_size,
     hidden_size=config.d_model,
@@ -132,7 +141,7 @@ def hf_reference(config: models.ModelConfig, seed: int) -> torch.nn.Module:
     for name, p in model.named_parameters():
       if not name.endswith("norm.weight"):
         p.normal_(0.0, 1.0 / np.sqrt(p.shape[-1]))
-  return model.to(HF_DEVICE)
+  return model.to(HF_DEVICE, dtype=torch_dtype(config))
 
 
 def hf_generate(model, prompts_BxL: np.ndarray, new_tokens: int) -> np.ndarray:
@@ -256,7 +265,9 @@ def two_samplers(model, prompts_BxL, new, repeats):
   return warm, tokens
 
 
-def matmul_peak_gflops(rows: int, d_in: int, d_out: int, repeats: int):
+def matmul_peak_gflops(
+  rows: int, d_in: int, d_out: int, repeats: int, dtype: str = "float32"
+):
   """Best GFLOP/s of a (rows x d_in) @ (d_in x d_out) product on this machine.
 
   torch (its thread pool) and XLA (16 dependent products in one jitted
@@ -267,7 +278,8 @@ def matmul_peak_gflops(rows: int, d_in: int, d_out: int, repeats: int):
   a = rng.standard_normal((rows, d_in), np.float32)
   b = rng.standard_normal((d_in, d_out), np.float32)
   chain = 16
-  ta, tb = torch.from_numpy(a).to(HF_DEVICE), torch.from_numpy(b).to(HF_DEVICE)
+  to_torch = lambda x: torch.from_numpy(x).to(HF_DEVICE, getattr(torch, dtype))  # noqa: E731
+  ta, tb = to_torch(a), to_torch(b)
 
   def run_torch():
     with torch.inference_mode():
@@ -280,7 +292,7 @@ def matmul_peak_gflops(rows: int, d_in: int, d_out: int, repeats: int):
     body = lambda _, c: c + jnp.matmul(a + c, b)[0, 0] * 1e-9  # noqa: E731
     return jax.lax.fori_loop(0, chain, body, jnp.float32(0))
 
-  ja, jb = jnp.asarray(a), jnp.asarray(b)
+  ja, jb = jnp.asarray(a, dtype), jnp.asarray(b, dtype)
   seconds = min(
     timed(run_torch, repeats)[1],
     timed(lambda: jax.block_until_ready(run_xla(ja, jb)), repeats)[1],
@@ -356,9 +368,11 @@ def matmul_bound(config, batch, prompt_len, new, repeats):
   prefill = 2 * (batch * prompt_len * per_token + batch * unembed)
   decode = 2 * batch * (new - 1) * (per_token + unembed)
   peak_prefill = matmul_peak_gflops(
-    batch * prompt_len, c.d_model, c.mlp_dim, repeats
+    batch * prompt_len, c.d_model, c.mlp_dim, repeats, c.param_dtype
   )
-  peak_decode = matmul_peak_gflops(batch, c.d_model, c.mlp_dim, repeats)
+  peak_decode = matmul_peak_gflops(
+    batch, c.d_model, c.mlp_dim, repeats, c.param_dtype
+  )
   compute_prefill = prefill / peak_prefill / 1e9
   compute_decode = decode / peak_decode / 1e9
   seconds = compute_prefill + compute_decode
@@ -669,7 +683,7 @@ def decode_breakdown(model, batch: int, repeats: int, steps: int = 64):
   lengths_B = jnp.full((batch,), max_len - steps, jnp.int32)
   forward = jax.jit(forward_loop, static_argnums=3)
   floor = jax.jit(matmul_floor, static_argnums=2)
-  d = config.d_model
+  d, x_dtype = config.d_model, config.compute_dtype
   flop_per_step = 2 * batch * sum(weight_counts(config))
 
   sampler_decode = decode_timer(model, batch, max_len, steps)
@@ -684,10 +698,10 @@ def decode_breakdown(model, batch: int, repeats: int, steps: int = 64):
       forward, (params, cache, lengths_B, True), steps, repeats
     ),
     "weight_matmuls_only_ms": _per_step_ms(
-      floor, (params, jnp.ones((batch, d), jnp.float32), False), steps, repeats
+      floor, (params, jnp.ones((batch, d), x_dtype), False), steps, repeats
     ),
     "weight_matmuls_one_layer_reused_ms": _per_step_ms(
-      floor, (params, jnp.ones((batch, d), jnp.float32), True), steps, repeats
+      floor, (params, jnp.ones((batch, d), x_dtype), True), steps, repeats
     ),
   }
   return {
@@ -809,7 +823,10 @@ def print_header(header: str) -> None:
 
 
 def print_tables(report: dict) -> None:
-  print(f"\nSampler vs HF generate ({PRESET}, float32, greedy, CPU)")
+  dtype, device = report["config"]["dtype"], report["machine"]["hf_device"]
+  print(
+    f"\nSampler vs HF generate ({report['preset']}, {dtype}, greedy, {device})"
+  )
   header = (
     f"{'batch':>5} {'jax tok/s':>10} {'hf tok/s':>9} {'speedup':>8} "
     f"{'compile s':>9} {'agree':>6} {'2 samplers':>10} {'speedup':>8}"
@@ -953,6 +970,13 @@ def print_tables(report: dict) -> None:
     f"equal: {kv['equal']}"
   )
   print(f"max |logit diff| vs HF: {report['logit_max_abs_diff']:.2e}")
+  if mem := report.get("accelerator_memory"):
+    gib = lambda b: "n/a" if b is None else f"{b / 2**30:.2f} GiB"  # noqa: E731
+    print(
+      f"accelerator memory peak: JAX {gib(mem['jax_peak_bytes'])} "
+      f"(limit {gib(mem['jax_bytes_limit'])}), torch "
+      f"{gib(mem['torch_peak_bytes'])}"
+    )
   for name, ok in report["targets"].items():
     print(f"target {name}: {'met' if ok else 'MISSED'}")
 
@@ -978,6 +1002,17 @@ def main(argv: list[str]) -> None:
     "--layout_ab",
     action="store_true",
     help="also time both kernel layouts in turns (`layout_ab`)",
+  )
+  parser.add_argument(
+    "--preset",
+    default=PRESET,
+    help="a Qwen3-family model preset (default: the issue's qwen3-bench)",
+  )
+  parser.add_argument(
+    "--dtype",
+    default="float32",
+    choices=("float32", "bfloat16"),
+    help="weights and compute of both sides",
   )
   parser.add_argument("--trajectories", type=int, default=8)
   parser.add_argument("--turns", type=int, default=5)
@@ -1006,16 +1041,20 @@ def main(argv: list[str]) -> None:
   if args.quick:
     batches, args.turns, args.repeats, args.trajectories = [1], 2, 1, 2
 
-  config = models.get_preset(PRESET)
+  config = models.get_preset(
+    args.preset, dtype=args.dtype, param_dtype=args.dtype
+  )
   reference = hf_reference(config, args.seed)
-  tensors = {k: v.numpy() for k, v in reference.state_dict().items()}
+  tensors = {
+    k: v.float().cpu().numpy() for k, v in reference.state_dict().items()
+  }
   if config.tie_embeddings:
     tensors.pop("lm_head.weight", None)
   model = hf.from_hf_tensors(tensors, config)
   rng = np.random.default_rng(args.seed)
 
   report = {
-    "preset": PRESET,
+    "preset": args.preset,
     "config": {
       k: v for k, v in vars(config).items() if not k.startswith("rope_sc")
     },
@@ -1032,6 +1071,7 @@ def main(argv: list[str]) -> None:
         else platform.processor()
       ),
       "torch_threads": torch.get_num_threads(),
+      "xla_flags": os.environ.get("XLA_FLAGS", ""),
       "jax": jax.__version__,
       "torch": torch.__version__,
       "transformers": transformers.__version__,
@@ -1047,7 +1087,9 @@ def main(argv: list[str]) -> None:
   if not args.quick:
     batch = args.breakdown_batch or max(batches)
     report["decode_breakdown"] = decode_breakdown(model, batch, args.repeats)
-    # The whole batch in one sampler, and half of it (one of two samplers).
+  if not args.quick and jax.default_backend() == "cpu":
+    # The whole batch in one sampler, and half of it (one of two samplers);
+    # op time summed over CPU threads, a measure for CPUs only.
     report["decode_op_time"] = [
       decode_op_time(model, b) for b in sorted({batch, max(batch // 2, 1)})
     ]
@@ -1077,6 +1119,14 @@ def main(argv: list[str]) -> None:
     ),
     "kv_cache_bytes_analytic": report["kv_cache"]["equal"],
   }
+  if HF_DEVICE.type == "cuda":
+    # Peak accelerator memory of each side over the whole run.
+    stats = jax.devices()[0].memory_stats() or {}
+    report["accelerator_memory"] = {
+      "jax_peak_bytes": stats.get("peak_bytes_in_use"),
+      "jax_bytes_limit": stats.get("bytes_limit"),
+      "torch_peak_bytes": torch.cuda.max_memory_allocated(HF_DEVICE),
+    }
   print_tables(report)
   out = pathlib.Path(args.out)
   out.parent.mkdir(parents=True, exist_ok=True)

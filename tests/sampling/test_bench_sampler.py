@@ -116,3 +116,37 @@ def test_decode_op_time_reads_the_decode_ops_from_a_trace():
   assert r["tokens_per_s_all_cores_busy"] == pytest.approx(
     1e3 * r["cores"] * 2 / r["op_ms_per_step"]
   )
+
+
+def test_bfloat16_preset_builds_both_sides_in_bfloat16():
+  """`--dtype=bfloat16`: HF and the NNX copy both store bfloat16 weights
+  and agree on logits to bfloat16 precision."""
+  import jax.numpy as jnp
+  import numpy as np
+  import torch
+
+  spec = importlib.util.spec_from_file_location("bench_sampler", SCRIPT)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  config = module.models.get_preset(
+    module.PRESET, dtype="bfloat16", param_dtype="bfloat16"
+  )
+  reference = module.hf_reference(config, seed=0)
+  assert {p.dtype for p in reference.parameters()} == {torch.bfloat16}
+  tensors = {
+    k: v.float().numpy()
+    for k, v in reference.state_dict().items()
+    if k != "lm_head.weight"
+  }
+  model = module.hf.from_hf_tensors(tensors, config)
+  assert model.embed.embedding[...].dtype == jnp.bfloat16
+  diff = module.logit_parity(model, reference, np.random.default_rng(0))
+  # Logits are O(1): bfloat16 keeps 8 bits of mantissa, far from 1e-4
+  # (float32 parity) but far below a wrong weight's error.
+  assert 1e-4 < diff < 0.5
+  # The roofline reads half the bytes of the float32 model.
+  f32 = module.models.get_preset(module.PRESET)
+  assert (
+    module.generate_bytes(config, 8, 64, 64)[0] * 2
+    == (module.generate_bytes(f32, 8, 64, 64)[0])
+  )
