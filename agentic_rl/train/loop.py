@@ -410,7 +410,12 @@ def update_curriculum(run: Run, trajectories) -> dict[str, float]:
     for t in trajectories
   )
   run.task_sampler.set_difficulty_weights(cur.weights())
-  out = {"frontier": float(cur.frontier), "promotions": float(promoted)}
+  out = {
+    "frontier": float(cur.frontier),
+    "promotions": float(promoted),
+    # Consecutive episodes the frontier has held the threshold (`hold`).
+    "streak": float(cur.streak),
+  }
   for d in cur.difficulties[: cur.unlocked]:
     rate = cur.success_rate(d)
     if rate is not None:

@@ -527,6 +527,8 @@ def test_curriculum_and_replay_drive_rl_and_resume_exactly(tmp_path):
   assert rows[2]["replay/policy_lag_mean"] == 1.0  # all from step 1
   for row in rows.values():
     assert row["curriculum/frontier"] == 0.0
+    # hold=1: a frontier at the threshold would have promoted at once.
+    assert config.curriculum.hold == 1 and row["curriculum/streak"] == 0.0
     assert "curriculum/success_rate/d0" in row
     assert "curriculum/success_rate/d1" not in row
     # The rollouts' own rates: difficulty 1 is locked, so never rolled out.
