@@ -140,6 +140,14 @@ class ModelConfig:
     head = 0 if self.tie_embeddings else d * self.vocab_size
     return self.vocab_size * d + self.n_layers * layer + d + head
 
+  def matmul_weights(self) -> tuple[int, int]:
+    """(block weights a token multiplies by, unembedding weights): the
+    products' weights, for FLOP counts (2 FLOPs a weight a token forward);
+    norms, biases and the embedding lookup are no products."""
+    d, hd = self.d_model, self.head_dim
+    attn = d * hd * (2 * self.n_heads + 2 * self.n_kv_heads)
+    return self.n_layers * (attn + 3 * d * self.mlp_dim), d * self.vocab_size
+
   def kv_cache_bytes_per_slot(self, max_len: int) -> int:
     """2 (k and v) * layers * length * kv heads * head_dim * bytes."""
     return (

@@ -51,6 +51,7 @@ from flax import nnx
 
 from agentic_rl import losses
 from agentic_rl import sharding as shd
+from agentic_rl.models import transformer
 from agentic_rl.train.state import (
   Layout,
   ModelState,
@@ -320,6 +321,8 @@ def _step_key(
     return None
   key = (
     fn,
+    # A module setting the model reads when the step is traced.
+    transformer.CAUSAL_BLOCK,
     step_fn.args,
     tuple(sorted(step_fn.keywords.items())),
     layout.mesh,

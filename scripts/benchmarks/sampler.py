@@ -309,13 +309,7 @@ def matmul_peak_gflops(
 
 def weight_counts(config) -> tuple[int, int]:
   """(block weights a token multiplies by, unembedding weights)."""
-  c = config
-  per_token = c.n_layers * (
-    2 * c.d_model * c.n_heads * c.head_dim
-    + 2 * c.d_model * c.n_kv_heads * c.head_dim
-    + 3 * c.d_model * c.mlp_dim
-  )
-  return per_token, c.d_model * c.vocab_size
+  return config.matmul_weights()
 
 
 @functools.cache

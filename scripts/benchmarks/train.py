@@ -11,7 +11,14 @@ which is the masked `attend` the model used before).
 
 Each row compiles once (timed apart), then runs --repeats updates; the
 median is kept. Flags: --rows, --lengths, --repeats, --out (default
-experiments/benchmarks/train.json).
+experiments/benchmarks/train.json), and --preset / --dtype for another
+model (say qwen3-0.6b in bfloat16 on an accelerator; --full_attention=off
+skips the full-attention rows).
+
+`model_tflops` is the update's model FLOPs per second: 6 x (weights a
+token multiplies by, the unembedding included) x tokens / seconds, the
+usual forward + backward count (attention's own products left out). On
+an accelerator the JSON also holds the device's peak memory.
 """
 
 from __future__ import annotations
@@ -82,10 +89,15 @@ def timed_updates(step, state, inputs, repeats: int):
   return state, metrics, seconds
 
 
-def time_update(rows: int, length: int, block: int, repeats: int) -> dict:
+def time_update(
+  model_config: models.ModelConfig,
+  rows: int,
+  length: int,
+  block: int,
+  repeats: int,
+) -> dict:
   transformer.CAUSAL_BLOCK = block  # read when the step is traced
   config = STEP_CONFIG
-  model_config = models.get_preset("tiny")
   state, layout = create_train_state(model_config, config.optimizer)
   step = step_lib.make_train_step(config, layout)
   inputs = synthetic_inputs(rows, length, model_config.vocab_size)
@@ -103,6 +115,12 @@ def time_update(rows: int, length: int, block: int, repeats: int) -> dict:
     "seconds_per_update": s,
     "seconds_all": seconds,
     "tokens_per_s": rows * length / s,
+    "model_tflops": 6
+    * sum(model_config.matmul_weights())
+    * rows
+    * length
+    / s
+    / 1e12,
     "loss_finite": bool(jnp.isfinite(metrics["loss"])),
   }
 
@@ -113,29 +131,45 @@ def main(argv):
   parser.add_argument("--lengths", default="256,512,1024")
   parser.add_argument("--repeats", type=int, default=5)
   parser.add_argument("--out", default="experiments/benchmarks/train.json")
+  parser.add_argument("--preset", default="tiny")
+  parser.add_argument(
+    "--dtype", default="float32", choices=("float32", "bfloat16")
+  )
+  parser.add_argument(
+    "--full_attention",
+    default="on",
+    choices=("on", "off"),
+    help="also time the full LxL attention form (the speedup baseline)",
+  )
   args = parser.parse_args(argv)
+  model_config = models.get_preset(
+    args.preset, dtype=args.dtype, param_dtype=args.dtype
+  )
 
   block = transformer.CAUSAL_BLOCK
   rows = []
   for length in (int(x) for x in args.lengths.split(",")):
-    full = time_update(args.rows, length, length, args.repeats)
-    blocked = time_update(args.rows, length, block, args.repeats)
-    blocked["speedup_vs_full"] = (
-      full["seconds_per_update"] / blocked["seconds_per_update"]
-    )
-    rows += [full, blocked]
+    blocked = time_update(model_config, args.rows, length, block, args.repeats)
+    if args.full_attention == "on":
+      full = time_update(model_config, args.rows, length, length, args.repeats)
+      blocked["speedup_vs_full"] = (
+        full["seconds_per_update"] / blocked["seconds_per_update"]
+      )
+      rows.append(full)
+    rows.append(blocked)
   transformer.CAUSAL_BLOCK = block
 
+  print(f"RL update, {args.preset} ({args.dtype}, {jax.default_backend()})")
   print(
     f"{'B x L':>10} {'attention':>11} {'first call s':>13} "
-    f"{'s/update':>9} {'tokens/s':>9} {'speedup':>8}"
+    f"{'s/update':>9} {'tokens/s':>9} {'TFLOP/s':>8} {'speedup':>8}"
   )
   for r in rows:
     speedup = r.get("speedup_vs_full")
     print(
       f"{r['rows']:>4} x {r['length']:<4} {r['attention']:>11} "
       f"{r['first_call_s']:13.2f} {r['seconds_per_update']:9.3f} "
-      f"{r['tokens_per_s']:9.0f} "
+      f"{r['tokens_per_s']:9.0f} {r['model_tflops']:8.3f} "
       + (f"{speedup:7.2f}x" if speedup else f"{'':>8}")
     )
   out = pathlib.Path(args.out)
@@ -145,7 +179,13 @@ def main(argv):
     "cpus": os.cpu_count(),
     "jax": jax.__version__,
     "backend": jax.default_backend(),
-    "preset": "tiny",
+    "preset": args.preset,
+    "dtype": args.dtype,
+    "device_kind": jax.devices()[0].device_kind,
   }
+  if jax.default_backend() != "cpu":
+    stats = jax.devices()[0].memory_stats() or {}
+    meta["peak_bytes_in_use"] = stats.get("peak_bytes_in_use")
+    print(f"peak device memory: {meta['peak_bytes_in_use']} bytes")
   out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
   print(f"wrote {out}")

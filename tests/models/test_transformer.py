@@ -279,6 +279,21 @@ def test_real_presets_abstract_param_counts(name, billions):
   assert abs(total / 1e9 - billions) < 0.001
 
 
+def test_matmul_weights_are_the_kernels_a_token_multiplies_by():
+  # qwen3-0.6b by hand: 28 layers x (1024 x 128 x (2 x 16 + 2 x 8) +
+  # 3 x 1024 x 3072) and a 1024 x 151,936 unembedding (tied).
+  config = models.get_preset("qwen3-0.6b")
+  assert config.matmul_weights() == (440_401_920, 155_582_464)
+  # The same as the module's Dense kernels and its (tied) embedding table.
+  model = models.build_abstract(config)
+  sizes = {
+    path: int(np.prod(v.get_value().shape))
+    for path, v in nnx.to_flat_state(nnx.state(model, nnx.Param))
+  }
+  kernels = sum(n for path, n in sizes.items() if path[-1] == "kernel")
+  assert config.matmul_weights() == (kernels, sizes[("embed", "embedding")])
+
+
 def test_small_presets():
   tiny = models.build("tiny")
   n = sum(x.get_value().size for _, x in nnx.to_flat_state(nnx.state(tiny)))

@@ -9,6 +9,7 @@ import pytest
 
 from agentic_rl import losses
 from agentic_rl import sharding as shd
+from agentic_rl.models import transformer
 from agentic_rl.train import state as st
 from agentic_rl.train import step as sp
 from tests.train.conftest import (
@@ -199,6 +200,12 @@ def test_a_step_is_jitted_once_per_config_and_layout(rl_setup):
   assert sp.make_train_step(STEP_CONFIG, other_layout).jitted is again.jitted
   cfg = dataclasses.replace(STEP_CONFIG, num_microbatches=2)
   assert sp.make_train_step(cfg, layout).jitted is not again.jitted
+  # The causal attention's query block, read when the step is traced, is
+  # part of what the step is (`bench.py train` times two of them).
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setattr(transformer, "CAUSAL_BLOCK", 2 * transformer.CAUSAL_BLOCK)
+    assert sp.make_train_step(STEP_CONFIG, layout).jitted is not again.jitted
+  assert sp.make_train_step(STEP_CONFIG, layout).jitted is again.jitted
   if len(jax.devices()) >= 2:
     _, wide = st.create_train_state(
       MODEL_CONFIG, OPT_CONFIG, mesh=shd.make_mesh((2, 1, 1))
