@@ -131,14 +131,14 @@ class ModelConfig:
   def num_params(self) -> int:
     """Analytic parameter count (matches the module's parameter tree)."""
     d, hd = self.d_model, self.head_dim
-    attn = d * hd * (2 * self.n_heads + 2 * self.n_kv_heads)
+    blocks, unembed = self.matmul_weights()
+    per_layer = 2 * d  # the two norms
     if self.attn_bias:
-      attn += hd * (self.n_heads + 2 * self.n_kv_heads)
+      per_layer += hd * (self.n_heads + 2 * self.n_kv_heads)
     if self.qk_norm:
-      attn += 2 * hd
-    layer = attn + 3 * d * self.mlp_dim + 2 * d
-    head = 0 if self.tie_embeddings else d * self.vocab_size
-    return self.vocab_size * d + self.n_layers * layer + d + head
+      per_layer += 2 * hd
+    head = 0 if self.tie_embeddings else unembed
+    return self.vocab_size * d + blocks + self.n_layers * per_layer + d + head
 
   def matmul_weights(self) -> tuple[int, int]:
     """(block weights a token multiplies by, unembedding weights): the

@@ -119,9 +119,9 @@ def sync_torch() -> None:
     torch.cuda.synchronize()
 
 
-def torch_dtype(config: models.ModelConfig) -> torch.dtype:
-  """The torch dtype of the preset's stored weights."""
-  return getattr(torch, config.param_dtype)
+def torch_dtype(name: str) -> torch.dtype:
+  """The torch dtype of a jnp dtype name ("float32", "bfloat16")."""
+  return getattr(torch, name)
 
 
 def hf_reference(config: models.ModelConfig, seed: int) -> torch.nn.Module:
@@ -148,7 +148,17 @@ def hf_reference(config: models.ModelConfig, seed: int) -> torch.nn.Module:
     for name, p in model.named_parameters():
       if not name.endswith("norm.weight"):
         p.normal_(0.0, 1.0 / np.sqrt(p.shape[-1]))
-  return model.to(HF_DEVICE, dtype=torch_dtype(config))
+  return model.to(HF_DEVICE, dtype=torch_dtype(config.param_dtype))
+
+
+def nnx_copy(reference: torch.nn.Module, config: models.ModelConfig):
+  """The NNX model holding `reference`'s weights (in `config`'s dtype)."""
+  tensors = {
+    k: v.float().cpu().numpy() for k, v in reference.state_dict().items()
+  }
+  if config.tie_embeddings:
+    tensors.pop("lm_head.weight", None)
+  return hf.from_hf_tensors(tensors, config)
 
 
 def hf_generate(model, prompts_BxL: np.ndarray, new_tokens: int) -> np.ndarray:
@@ -285,8 +295,9 @@ def matmul_peak_gflops(
   a = rng.standard_normal((rows, d_in), np.float32)
   b = rng.standard_normal((d_in, d_out), np.float32)
   chain = 16
-  to_torch = lambda x: torch.from_numpy(x).to(HF_DEVICE, getattr(torch, dtype))  # noqa: E731
-  ta, tb = to_torch(a), to_torch(b)
+  ta, tb = (
+    torch.from_numpy(x).to(HF_DEVICE, torch_dtype(dtype)) for x in (a, b)
+  )
 
   def run_torch():
     with torch.inference_mode():
@@ -1046,12 +1057,7 @@ def main(argv: list[str]) -> None:
     args.preset, dtype=args.dtype, param_dtype=args.dtype
   )
   reference = hf_reference(config, args.seed)
-  tensors = {
-    k: v.float().cpu().numpy() for k, v in reference.state_dict().items()
-  }
-  if config.tie_embeddings:
-    tensors.pop("lm_head.weight", None)
-  model = hf.from_hf_tensors(tensors, config)
+  model = nnx_copy(reference, config)
   rng = np.random.default_rng(args.seed)
 
   report = {

@@ -107,6 +107,7 @@ def time_update(
   compile_s = time.perf_counter() - start
   state, metrics, seconds = timed_updates(step, state, inputs, repeats)
   s = statistics.median(seconds)
+  flop = 6 * sum(model_config.matmul_weights()) * rows * length
   return {
     "rows": rows,
     "length": length,
@@ -115,12 +116,7 @@ def time_update(
     "seconds_per_update": s,
     "seconds_all": seconds,
     "tokens_per_s": rows * length / s,
-    "model_tflops": 6
-    * sum(model_config.matmul_weights())
-    * rows
-    * length
-    / s
-    / 1e12,
+    "model_tflops": flop / s / 1e12,
     "loss_finite": bool(jnp.isfinite(metrics["loss"])),
   }
 
