@@ -12,7 +12,8 @@ each step draws `--tasks` tasks, each with its own success probability
 from Beta(kappa p, kappa (1 - p)) (tasks differ: some levels the policy
 solves, some it does not), then `--rollouts` outcomes per task in
 task-major order, as the rollout driver returns them. Each stream is
-scored with the rule (`curriculum.first_promotion`). For every threshold,
+scored with the rule (`curriculum.first_promotion`); every threshold and
+hold scores the same streams (common random numbers). For every threshold,
 p, kappa and hold it reports the fraction of `--sims` runs that promote
 within `--steps` steps and the promotion step's quartiles.
 
@@ -73,8 +74,13 @@ def calibrate(pattern: str, min_steps: int) -> list[dict]:
   """One row per run with `min_steps` or more RL steps before its first
   promotion: those batches' success mean, std and kappa (from the run's own
   tasks per step and rollouts per task). Only the lowest difficulty is
-  unlocked then, so every episode of those batches is on it."""
-  rows = []
+  unlocked then, so every episode of those batches is on it.
+
+  Two arms that differ only after a promotion log the same batches until
+  then; a run whose rates repeat an earlier run's exactly gets `same_as`
+  (that run) and is one measurement, not two (`main` leaves it out of the
+  median)."""
+  rows, seen = [], {}
   for run in sorted(glob.glob(pattern)):
     config_path = pathlib.Path(run, "config.json")
     metrics = pathlib.Path(run, "logs", "metrics.jsonl")
@@ -102,15 +108,16 @@ def calibrate(pattern: str, min_steps: int) -> list[dict]:
       config["rl"]["tasks_per_step"],
       config["rollout"]["group_size"],
     )
-    rows.append(
-      {
-        "run": run,
-        "steps": len(rates),
-        "mean": float(np.mean(rates)),
-        "std": float(np.std(rates, ddof=1)),
-        "kappa": kappa_from_rates(rates, tasks, rollouts),
-      }
-    )
+    row = {
+      "run": run,
+      "steps": len(rates),
+      "mean": float(np.mean(rates)),
+      "std": float(np.std(rates, ddof=1)),
+      "kappa": kappa_from_rates(rates, tasks, rollouts),
+    }
+    if (first_run := seen.setdefault(tuple(rates), run)) != run:
+      row["same_as"] = first_run
+    rows.append(row)
   if not rows:
     raise ValueError(
       f"--calibrate={pattern!r}: no run with {min_steps}+ steps before "
@@ -120,15 +127,18 @@ def calibrate(pattern: str, min_steps: int) -> list[dict]:
 
 
 def simulate(args, kappas: list[float]) -> list[dict]:
+  """One row per (threshold, kappa, p, hold). Common random numbers: every
+  threshold and hold scores the same streams of a (kappa, p) cell, so the
+  differences between thresholds or holds are the rule's, not the draw's."""
   rng = np.random.default_rng(args.seed)
   batch = args.tasks * args.rollouts
   out = []
-  for threshold in args.thresholds:
-    for kappa in kappas:
-      for p in args.rates:
-        streams = frontier_streams(
-          rng, p, kappa, args.sims, args.steps, args.tasks, args.rollouts
-        )
+  for kappa in kappas:
+    for p in args.rates:
+      streams = frontier_streams(
+        rng, p, kappa, args.sims, args.steps, args.tasks, args.rollouts
+      )
+      for threshold in args.thresholds:
         for hold in args.holds:
           episode = first_promotion(
             streams, threshold, args.min_episodes, args.window, hold
@@ -150,7 +160,8 @@ def simulate(args, kappas: list[float]) -> list[dict]:
               "step_q75": q[2],
             }
           )
-  return out
+  order = {t: i for i, t in enumerate(args.thresholds)}
+  return sorted(out, key=lambda r: order[r["threshold"]])  # stable
 
 
 def table(rows: list[dict], args) -> str:
@@ -218,8 +229,13 @@ def main(argv=None):
       print(
         f"{c['run']}: {c['steps']} frontier steps, batch success "
         f"{c['mean']:.3f} ± {c['std']:.3f}, kappa {c['kappa']:.2f}"
+        + (f" (the batches of {c['same_as']})" if "same_as" in c else "")
       )
-    finite = [c["kappa"] for c in calibration if math.isfinite(c["kappa"])]
+    finite = [
+      c["kappa"]
+      for c in calibration
+      if math.isfinite(c["kappa"]) and "same_as" not in c
+    ]
     if finite:
       kappas.append(float(np.median(finite)))
   rows = simulate(args, kappas)

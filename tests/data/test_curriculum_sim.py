@@ -67,14 +67,22 @@ def test_calibrate_reads_the_steps_before_the_first_promotion(tmp_path):
   _run(tmp_path / "a", [0.25, 0.5, 0.0, 0.25, 0.9], [0, 0, 0, 0, 1])
   _run(tmp_path / "b", [0.5, 0.5], [1, 1])  # unlocked after its first batch
   (row,) = sim.calibrate(str(tmp_path / "*"), min_steps=3)
-  assert row["run"].endswith("a") and row["steps"] == 4
+  assert row["run"].endswith("a") and row["steps"] == 4 and "same_as" not in row
   assert row["mean"] == pytest.approx(0.25)
   assert row["std"] == pytest.approx(np.std([0.25, 0.5, 0, 0.25], ddof=1))
   # var 1/24; excess 8/24 - 3/16 = 7/48 over binomial; (2 - 1) 3/16 / (7/48)
   # = 9/7 = kappa + 1
   assert row["kappa"] == pytest.approx(2 / 7)
-  with pytest.raises(ValueError, match="5\\+ steps"):
-    sim.calibrate(str(tmp_path / "*"), min_steps=5)
+  # an arm that logged the same batches before its first promotion (and
+  # differs after it) is the same measurement
+  _run(tmp_path / "a2", [0.25, 0.5, 0.0, 0.25, 0.25, 0.5], [0, 0, 0, 0, 0, 1])
+  _run(tmp_path / "a3", [0.25, 0.5, 0.0, 0.25, 0.5], [0, 0, 0, 0, 1])
+  rows = sim.calibrate(str(tmp_path / "a*"), min_steps=3)
+  assert [r["run"][-2:] for r in rows] == ["/a", "a2", "a3"]
+  assert "same_as" not in rows[1] and rows[2]["same_as"] == rows[0]["run"]
+  assert rows[2]["kappa"] == rows[0]["kappa"]
+  with pytest.raises(ValueError, match="6\\+ steps"):
+    sim.calibrate(str(tmp_path / "*"), min_steps=6)
   (tmp_path / "c").mkdir()
   with pytest.raises(FileNotFoundError, match="config.json"):
     sim.calibrate(str(tmp_path / "c"), min_steps=1)
@@ -97,3 +105,20 @@ def test_main_writes_one_row_per_setting(tmp_path):
   assert (
     "| 0.9 | 100.0 (1) | 100.0 (2) |" in (tmp_path / "results.md").read_text()
   )
+
+
+def test_thresholds_and_holds_score_the_same_streams(tmp_path):
+  # Common random numbers. A window rate is k successes of n <= 128
+  # episodes, and the nearest such fraction above 3/10 is >= 3/10 + 1/1280,
+  # so none lies in [0.3001, 0.3007): the two thresholds promote on exactly
+  # the same runs at the same steps. Streams drawn anew per threshold differ.
+  sim.main([
+    "--thresholds", "0.3001", "0.3007", "--rates", "0.2", "0.25",
+    "--kappas", "2", "--holds", "1", "64", "--sims", "200", "--steps", "6",
+    "--out", str(tmp_path),
+  ])  # fmt: skip
+  rows = json.loads((tmp_path / "results.json").read_text())["rows"]
+  assert [r["threshold"] for r in rows] == [0.3001] * 4 + [0.3007] * 4
+  for low, high in zip(rows[:4], rows[4:], strict=True):
+    assert 0.0 < low["promoted"] < 1.0  # a cell the draw could move
+    assert {**low, "threshold": 0} == {**high, "threshold": 0}
