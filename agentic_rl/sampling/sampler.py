@@ -169,8 +169,10 @@ class Sampler:
     self.mesh, self.rules = mesh, tuple(rules)
     self.kernels_out_first = kernels_out_first
     self._graphdef, params = nnx.split(self._layout(model))
-    self._static_graph = engine.StaticGraph(self._graphdef)
-    self.params = self._place_params(params)
+    # The weights travel to the jitted calls as a flat list of arrays
+    # (`engine.StaticGraph` says why); `params` rebuilds the nnx.State.
+    self._params_leaves, treedef = jax.tree.flatten(self._place_params(params))
+    self._static_graph = engine.StaticGraph(self._graphdef, treedef)
     self.state = self._initial_state()
     self._lengths = np.zeros((num_slots,), np.int64)
     self._static = dict(mesh=mesh, rules=self.rules)
@@ -218,7 +220,13 @@ class Sampler:
     graphdef, params = nnx.split(self._layout(model))
     if graphdef != self._graphdef:
       raise ValueError("update_params: model structure differs from sampler's")
-    self.params = self._place_params(params)
+    # an equal graphdef splits into a state of the same tree structure
+    self._params_leaves = jax.tree.leaves(self._place_params(params))
+
+  @property
+  def params(self) -> nnx.State:
+    """The sampling weights (placed on the sampler's mesh, if any)."""
+    return jax.tree.unflatten(self._static_graph.treedef, self._params_leaves)
 
   # -- host-side checks ----------------------------------------------------
 
@@ -307,7 +315,7 @@ class Sampler:
     reset_S[rows] = True
     self.state = engine.prefill_jit(
       self._static_graph,
-      self.params,
+      self._params_leaves,
       self.state,
       tokens_SxC,
       n_new_S,
@@ -326,7 +334,7 @@ class Sampler:
     tokens_SxC, n_new_S = self._chunk("extend", rows, tokens, self._lengths)
     self.state = engine.extend_jit(
       self._static_graph,
-      self.params,
+      self._params_leaves,
       self.state,
       tokens_SxC,
       n_new_S,
@@ -402,7 +410,7 @@ class Sampler:
 
     self.state, out = engine.decode_jit(
       self._static_graph,
-      self.params,
+      self._params_leaves,
       self.state,
       key,
       active_S,
