@@ -670,14 +670,24 @@ def test_smoke_sweep_and_report_end_to_end(tmp_path):
 
 def test_replay_sweep_differs_from_gigpo_only_in_the_replay_switch():
   runs = _runs_by_name("configs/ablations/sokoban_replay.py")
-  assert len(runs) == 3 + 3 * 2
+  assert len(runs) == 3 + 3 * 3
   for seed in (0, 1, 2):
-    base, arm = (
-      runs[f"sokoban/{e}/seed{seed}"] for e in ("gigpo", "gigpo_replay")
+    base, arm, dose = (
+      runs[f"sokoban/{e}/seed{seed}"]
+      for e in ("gigpo", "gigpo_replay", "gigpo_replay_f05")
     )
-    assert arm.config_arg == "gigpo,replay" and base.config_arg == "gigpo"
+    assert arm.config_arg == dose.config_arg == "gigpo,replay"
+    assert base.config_arg == "gigpo"
     assert arm.overrides == base.overrides
-    assert arm.init_from_run == base.init_from_run == f"sokoban/sft/seed{seed}"
+    # the dose arm changes the replayed fraction and nothing else
+    assert set(dose.overrides) - set(arm.overrides) == {
+      ("replay.fraction", "0.5")
+    }
+    assert set(arm.overrides) <= set(dose.overrides)
+    for run in (arm, dose):
+      assert (
+        run.init_from_run == base.init_from_run == f"sokoban/sft/seed{seed}"
+      )
     assert dict(base.overrides)["rl.steps"] == "30"
   replay = sweeps.load_config("configs/sokoban.py:gigpo,replay")
   plain = sweeps.load_config("configs/sokoban.py:gigpo")

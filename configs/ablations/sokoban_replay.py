@@ -11,9 +11,12 @@ given when fresh and its behaviour log-probs, and the clipped ratio
 corrects for its staleness), does held-out success move differently from
 plain GiGPO from the same SFT policy? Arms:
 
-  gigpo         `configs/sokoban.py:gigpo`
-  gigpo_replay  `configs/sokoban.py:gigpo,replay` (the arm's variant:
-                the `replay` switch, nothing else changed)
+  gigpo             `configs/sokoban.py:gigpo`
+  gigpo_replay      `configs/sokoban.py:gigpo,replay` (the arm's variant:
+                    the `replay` switch, nothing else changed)
+  gigpo_replay_f05  the same with `replay.fraction=0.5`: 32 replayed rows
+                    beside the 64 fresh ones instead of 16 (a dose: does
+                    more replay move held-out success further?)
 
 The grid is the credit-assignment sweep's Sokoban arm (size, shared SFT
 stages, task order, rollout keys: 30 RL steps of 8 tasks x 8 rollouts,
@@ -26,7 +29,13 @@ import ml_collections
 from configs import sokoban
 from configs.ablations import credit_assignment
 
-ARMS = {"gigpo_replay": {"variant": "gigpo,replay"}}
+ARMS = {
+  "gigpo_replay": {"variant": "gigpo,replay"},
+  "gigpo_replay_f05": {
+    "variant": "gigpo,replay",
+    "overrides": {"replay": {"fraction": 0.5}},
+  },
+}
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
