@@ -168,11 +168,11 @@ class Sampler:
     self.cache_block = cache_block
     self.mesh, self.rules = mesh, tuple(rules)
     self.kernels_out_first = kernels_out_first
-    self._graphdef, params = nnx.split(self._layout(model))
+    graphdef, params = nnx.split(self._layout(model))
     # The weights travel to the jitted calls as a flat list of arrays
     # (`engine.StaticGraph` says why); `params` rebuilds the nnx.State.
     self._params_leaves, treedef = jax.tree.flatten(self._place_params(params))
-    self._static_graph = engine.StaticGraph(self._graphdef, treedef)
+    self._static_graph = engine.StaticGraph(graphdef, treedef)
     self.state = self._initial_state()
     self._lengths = np.zeros((num_slots,), np.int64)
     self._static = dict(mesh=mesh, rules=self.rules)
@@ -218,7 +218,7 @@ class Sampler:
   def update_params(self, model: Transformer) -> None:
     """Loads new policy weights (same config); caches are kept."""
     graphdef, params = nnx.split(self._layout(model))
-    if graphdef != self._graphdef:
+    if graphdef != self._static_graph.graphdef:
       raise ValueError("update_params: model structure differs from sampler's")
     # an equal graphdef splits into a state of the same tree structure
     self._params_leaves = jax.tree.leaves(self._place_params(params))

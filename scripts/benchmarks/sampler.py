@@ -318,11 +318,6 @@ def matmul_peak_gflops(
   return 2 * rows * d_in * d_out * chain / seconds / 1e9
 
 
-def weight_counts(config) -> tuple[int, int]:
-  """(block weights a token multiplies by, unembedding weights)."""
-  return config.matmul_weights()
-
-
 @functools.cache
 def stream_read_gbps(repeats: int, megabytes: int = 256) -> float:
   """Best GB/s of summing a float32 array far larger than any cache.
@@ -357,7 +352,7 @@ def generate_bytes(config, batch, prompt_len, new) -> tuple[int, int]:
   the keys and values each decode step attends to: prompt_len + t
   positions at step t = 1 .. new - 1. Activations are left out.
   """
-  weights = config.weight_dtype.itemsize * sum(weight_counts(config))
+  weights = config.weight_dtype.itemsize * sum(config.matmul_weights())
   kv_per_position = config.kv_cache_bytes_per_slot(1) * batch
   positions = sum(prompt_len + t for t in range(1, new))
   return weights, (new - 1) * weights + kv_per_position * positions
@@ -376,7 +371,7 @@ def matmul_bound(config, batch, prompt_len, new, repeats):
   built on these matmul libraries, HF's or this sampler, can beat it.
   """
   c = config
-  per_token, unembed = weight_counts(config)
+  per_token, unembed = config.matmul_weights()
   prefill = 2 * (batch * prompt_len * per_token + batch * unembed)
   decode = 2 * batch * (new - 1) * (per_token + unembed)
   peak_prefill = matmul_peak_gflops(
@@ -696,7 +691,7 @@ def decode_breakdown(model, batch: int, repeats: int, steps: int = 64):
   forward = jax.jit(forward_loop, static_argnums=3)
   floor = jax.jit(matmul_floor, static_argnums=2)
   d, x_dtype = config.d_model, config.compute_dtype
-  flop_per_step = 2 * batch * sum(weight_counts(config))
+  flop_per_step = 2 * batch * sum(config.matmul_weights())
 
   sampler_decode = decode_timer(model, batch, max_len, steps)
   sampler_decode()

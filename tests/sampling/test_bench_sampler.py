@@ -15,11 +15,17 @@ SCRIPT = (
 )
 
 
-@pytest.mark.slow
-def test_quick_benchmark_writes_json(tmp_path):
+def _bench():
+  """scripts/benchmarks/sampler.py as a module (scripts is no package)."""
   spec = importlib.util.spec_from_file_location("bench_sampler", SCRIPT)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
+  return module
+
+
+@pytest.mark.slow
+def test_quick_benchmark_writes_json(tmp_path):
+  module = _bench()
   out = tmp_path / "sampler.json"
   module.main(["--quick", "--layout_ab", "--out", str(out)])
   report = json.loads(out.read_text())
@@ -40,9 +46,7 @@ def test_quick_benchmark_writes_json(tmp_path):
 
 
 def test_matmul_bound_counts_generate_flops_by_hand():
-  spec = importlib.util.spec_from_file_location("bench_sampler", SCRIPT)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+  module = _bench()
   config = module.models.get_preset(module.PRESET)
   bound = module.matmul_bound(config, batch=1, prompt_len=4, new=3, repeats=1)
   # qwen3-bench per token: 4 layers x (q,o 256x256; k,v 256x128; 3 MLP
@@ -80,9 +84,7 @@ def test_matmul_bound_counts_generate_flops_by_hand():
 
 
 def test_generate_bytes_counts_weights_and_kv_reads_by_hand():
-  spec = importlib.util.spec_from_file_location("bench_sampler", SCRIPT)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+  module = _bench()
   config = module.models.get_preset(module.PRESET)
   prefill, decode = module.generate_bytes(config, batch=2, prompt_len=4, new=3)
   # 3,932,160 block weights + 262,144 unembedding, float32.
@@ -100,9 +102,7 @@ def test_generate_bytes_counts_weights_and_kv_reads_by_hand():
 
 
 def test_decode_op_time_reads_the_decode_ops_from_a_trace():
-  spec = importlib.util.spec_from_file_location("bench_sampler", SCRIPT)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+  module = _bench()
   model = module.models.build(module.models.get_preset(module.PRESET), 0)
   r = module.decode_op_time(model, batch=2, steps=8)
   assert r["batch"] == 2 and r["cores"] == module.os.cpu_count()
@@ -125,9 +125,7 @@ def test_bfloat16_preset_builds_both_sides_in_bfloat16():
   import numpy as np
   import torch
 
-  spec = importlib.util.spec_from_file_location("bench_sampler", SCRIPT)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+  module = _bench()
   config = module.models.get_preset(
     module.PRESET, dtype="bfloat16", param_dtype="bfloat16"
   )
