@@ -210,6 +210,8 @@ def test_write_report_files(sweep_root, tmp_path):
   assert "lake/rloo/seed0" in readme
   assert "all metrics finite: NO" in readme
   assert (out / "curves_lake.png").stat().st_size > 1000
+  assert (out / "paired_lake.png").stat().st_size > 1000
+  assert "](paired_lake.png)" in readme
   assert (out / "advantages.png").stat().st_size > 1000
   saved = json.loads((out / "results.json").read_text())
   assert saved["envs"]["lake"]["gigpo"]["final_success"]["n"] == 3

@@ -573,8 +573,9 @@ def test_script_prints_one_command_per_unfinished_run(tmp_path):
 # both compiling them at once on two workers.
 @pytest.mark.xdist_group("sokoban_smoke")
 def test_ci_sweep_and_report_end_to_end(tmp_path):
-  # Real runs: GRPO and GiGPO on smoke Sokoban, and the sharded-path check
-  # on 8 simulated devices with mesh (2, 2, 2); then the report.
+  # Real runs: an SFT stage and GRPO from it on smoke Sokoban, and the
+  # sharded-path check (GiGPO from the same stage on 8 simulated devices
+  # with mesh (2, 2, 2)); then the report.
   root, out = tmp_path / "ca_ci", tmp_path / "report"
   # The runs inherit the test session's XLA flags (8 simulated devices; a
   # 1x1x1 mesh uses one) and its compilation cache, which the sweep keeps
@@ -609,20 +610,17 @@ def test_ci_sweep_and_report_end_to_end(tmp_path):
   (check,) = results["checks"]
   # The check's own overrides: one RL step (the smoke runs 2).
   assert check["finite"] and check["rl_rows"] == 1
-  # GRPO and GiGPO started RL from one shared SFT stage: identical policy,
-  # so identical post-SFT evaluations and no SFT in their own logs.
-  summaries = [
-    json.loads((root / f"sokoban/{e}/seed0/summary.json").read_text())
-    for e in ("grpo", "gigpo")
-  ]
-  assert summaries[0]["evals"][0] == summaries[1]["evals"][0]
-  assert summaries[0]["evals"][0]["phase"] == "sft"
-  for e in ("grpo", "gigpo"):
-    log = (root / f"sokoban/{e}/seed0/logs/metrics.jsonl").read_text()
-    assert "sft/loss" not in log
-  assert (
-    "sft/loss" in (root / "sokoban/sft/seed0/logs/metrics.jsonl").read_text()
-  )
+  # GRPO and the check started RL from the shared SFT stage: the stage's
+  # policy, so its post-SFT evaluation, and no SFT in their own logs.
+  runs = [root / "sokoban/grpo/seed0", root / "checks/sokoban_gigpo_mesh222"]
+  stage = root / "sokoban/sft/seed0"
+  (stage_eval,) = json.loads((stage / "summary.json").read_text())["evals"]
+  assert stage_eval["phase"] == "sft"
+  for run in runs:
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["evals"][0] == stage_eval
+    assert "sft/loss" not in (run / "logs/metrics.jsonl").read_text()
+  assert "sft/loss" in (stage / "logs/metrics.jsonl").read_text()
   # The caller's cache, not the sweep's default one.
   assert not (root / "jax_cache").exists()
   assert any(pathlib.Path(env["JAX_COMPILATION_CACHE_DIR"]).iterdir())

@@ -35,8 +35,8 @@ of different updates feeding back into later rollouts).
 `arg`: empty for the experiment; `smoke` for a small sweep (2
 estimators x 2 envs x 2 seeds of smoke-size runs, plus one check run of the
 sharded path on 8 simulated CPU devices with mesh (2, 2, 2)); `ci` for the
-part of it the default test suite runs (Sokoban, seed 0, one RL step, and
-the sharded check). The returned
+part of it the default test suite runs (Sokoban, seed 0, GRPO only, one RL
+step, and the sharded check). The returned
 config is the baseline run (first env, GRPO) so the file also runs alone
 with `agentic_rl.main`; the loop ignores `config.sweep`.
 
@@ -169,8 +169,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.sweep.seeds = (0, 1)
     c.sweep.overrides = {}
     c.sweep.checks = (_sharded_check(),)
-  if ci:  # the default test suite's sweep: 2 runs + the sharded check
+  if ci:  # the default test suite's sweep: SFT, GRPO, the sharded check
     c.sweep.envs = {"sokoban": ENVS["sokoban"]}
+    # One estimator: a second run only repeated GRPO's path (9 of the
+    # sweep's 61 s, cold, on 2 cores); tests/test_report.py pairs
+    # estimators on synthetic runs.
+    c.sweep.estimators = ("grpo",)
     c.sweep.seeds = (0,)
     c.sweep.overrides = {"rl": {"steps": 1}}
     # As in the test process (configs/xla_cpu.py): the check is mostly
