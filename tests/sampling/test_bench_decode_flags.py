@@ -41,7 +41,8 @@ def test_worker_times_a_turn_and_hashes_its_tokens():
   )
   row = module.worker(args)
   assert row["tokens_per_s"] == pytest.approx(2 * 4 / row["turn_seconds"])
-  assert 0 < row["decode_step_ms"] * 4 / 1e3 <= row["turn_seconds"]
+  assert row["decode_step_ms"] > 0 and row["compile_seconds"] >= 0
+  assert row["backend"] == "cpu" and row["peak_bytes"] is None
   # Same seed, same weights and prompts: the same tokens in a second run.
   assert module.worker(args)["tokens_sha256"] == row["tokens_sha256"]
 
