@@ -695,6 +695,21 @@ def test_replay_sweep_differs_from_gigpo_only_in_the_replay_switch():
   assert replay.to_dict() == plain.to_dict()
 
 
+def test_long_replay_sweep_runs_50_steps_evaluated_every_5():
+  runs = _runs_by_name("configs/ablations/sokoban_replay.py:long")
+  assert len(runs) == 3 + 3 * 2  # no dose arm
+  thirty = _runs_by_name("configs/ablations/sokoban_replay.py")
+  for seed in (0, 1, 2):
+    for arm in ("gigpo", "gigpo_replay"):
+      run = runs[f"sokoban/{arm}/seed{seed}"]
+      short = dict(thirty[f"sokoban/{arm}/seed{seed}"].overrides)
+      short.update({"rl.steps": "50", "eval_every": "5"})
+      assert dict(run.overrides) == short
+      assert run.config_arg == thirty[run.name].config_arg
+  with pytest.raises(ValueError, match="seeds=N"):
+    sweeps.load_config("configs/ablations/sokoban_replay.py:longer")
+
+
 def test_curriculum_sweep_differs_from_gigpo_only_in_the_curriculum():
   runs = _runs_by_name("configs/ablations/sokoban_curriculum.py")
   assert len(runs) == 3 + 3 * 2

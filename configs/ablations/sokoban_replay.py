@@ -21,7 +21,15 @@ plain GiGPO from the same SFT policy? Arms:
 The grid is the credit-assignment sweep's Sokoban arm (size, shared SFT
 stages, task order, rollout keys: 30 RL steps of 8 tasks x 8 rollouts,
 final success on 128 held-out levels). `arg`: as `sokoban_reward_input`
-('', 'smoke' or 'seeds=N'). Measured: experiments/sokoban_replay/.
+('', 'smoke' or 'seeds=N'), and optionally `long`: does the late lead
+hold? The first two arms only, 50 RL steps with a held-out evaluation
+every 5 (in its own root: its runs share no RL steps with the 30-step
+ones, only the SFT stages' recipe).
+
+  python scripts/sweep.py --config=configs/ablations/sokoban_replay.py:long \
+      --root=experiments/sokoban_replay/runs_long --workers=2
+
+Measured: experiments/sokoban_replay/.
 """
 
 import ml_collections
@@ -38,12 +46,27 @@ ARMS = {
 }
 
 
+# `long`: the length and the evaluation grid that would show whether
+# replay's lead at step 30 holds (the 30-step runs evaluate at 0/10/20/30).
+LONG = {"rl": {"steps": 50}, "eval_every": 5}
+
+
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  seeds, smoke = credit_assignment.parse_arg(arg)
+  parts = [p for p in (arg or "").split(",") if p]
+  long = "long" in parts
+  seeds, smoke = credit_assignment.parse_arg(
+    ",".join(p for p in parts if p != "long")
+  )
+  arms = {"gigpo_replay": ARMS["gigpo_replay"]} if long else ARMS
   c = sokoban.get_config("gigpo,smoke" if smoke else "gigpo")
   c.sweep = credit_assignment.one_env_sweep(
-    "sokoban_replay", "sokoban", ("gigpo", *ARMS), seeds, smoke
+    "sokoban_replay_long" if long else "sokoban_replay",
+    "sokoban",
+    ("gigpo", *arms),
+    seeds,
+    smoke,
+    changes=LONG if long else None,
   )
   c.sweep.baseline = "gigpo"
-  c.sweep.arms = ARMS
+  c.sweep.arms = arms
   return c
