@@ -1,26 +1,15 @@
 """The XLA-flags A/B benchmark (scripts/benchmarks/decode_flags.py)."""
 
 import argparse
-import importlib.util
 import json
-import pathlib
 
 import pytest
 
-SCRIPT = (
-  pathlib.Path(__file__).resolve().parents[2]
-  / "scripts"
-  / "benchmarks"
-  / "decode_flags.py"
-)
+from tests.sampling import bench_scripts
 
 
 def _bench():
-  """The script as a module (scripts is no package)."""
-  spec = importlib.util.spec_from_file_location("bench_decode_flags", SCRIPT)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return bench_scripts.load("decode_flags")
 
 
 def test_arms_parse_and_bad_arms_are_refused():

@@ -1,26 +1,15 @@
 """Smoke run of the sampler benchmark script (slow: builds HF and JAX)."""
 
 import dataclasses
-import importlib.util
 import json
-import pathlib
 
 import pytest
 
-SCRIPT = (
-  pathlib.Path(__file__).resolve().parents[2]
-  / "scripts"
-  / "benchmarks"
-  / "sampler.py"
-)
+from tests.sampling import bench_scripts
 
 
 def _bench():
-  """scripts/benchmarks/sampler.py as a module (scripts is no package)."""
-  spec = importlib.util.spec_from_file_location("bench_sampler", SCRIPT)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return bench_scripts.load("sampler")
 
 
 @pytest.mark.slow
