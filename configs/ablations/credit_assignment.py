@@ -73,16 +73,27 @@ def parse_arg(arg: str | None) -> tuple[tuple[int, ...], bool]:
   `seeds=N` runs seeds 0..N-1 instead of `SEEDS`; the runs of the seeds
   both share are the same, so a finished root is extended in place.
   """
+  seeds, smoke, _ = parse_switches(arg, ())
+  return seeds, smoke
+
+
+def parse_switches(
+  arg: str | None, switches: tuple[str, ...]
+) -> tuple[tuple[int, ...], bool, frozenset[str]]:
+  """`parse_arg` for a sweep with switches of its own (say 'long'):
+  (seeds, smoke, the switches present)."""
   parts = [p for p in (arg or "").split(",") if p]
   seeds = SEEDS
   for p in parts:
     if p.startswith("seeds=") and p[6:].isdigit() and int(p[6:]) > 0:
       seeds = tuple(range(int(p[6:])))
-    elif p != "smoke":
+    elif p != "smoke" and p not in switches:
+      allowed = "".join(f", '{s}'" for s in switches)
       raise ValueError(
-        f"config arg {arg!r}: expected '', 'smoke' or 'seeds=N' (N >= 1)"
+        f"config arg {arg!r}: expected '', 'smoke'{allowed} or 'seeds=N' "
+        "(N >= 1)"
       )
-  return seeds, "smoke" in parts
+  return seeds, "smoke" in parts, frozenset(parts) & frozenset(switches)
 
 
 def one_env_sweep(

@@ -73,10 +73,8 @@ MIXED_ARMS = {
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  parts = [p for p in (arg or "").split(",") if p]
-  mixed = "mixed" in parts
-  rest = ",".join(p for p in parts if p != "mixed")
-  seeds, smoke = credit_assignment.parse_arg(rest)
+  seeds, smoke, switches = credit_assignment.parse_switches(arg, ("mixed",))
+  mixed = "mixed" in switches
   c = sokoban.get_config("gigpo,smoke" if smoke else "gigpo")
   tasks = {
     "difficulties": DIFFICULTIES,

@@ -52,11 +52,8 @@ LONG = {"rl": {"steps": 50}, "eval_every": 5}
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  parts = [p for p in (arg or "").split(",") if p]
-  long = "long" in parts
-  seeds, smoke = credit_assignment.parse_arg(
-    ",".join(p for p in parts if p != "long")
-  )
+  seeds, smoke, switches = credit_assignment.parse_switches(arg, ("long",))
+  long = "long" in switches
   arms = {"gigpo_replay": ARMS["gigpo_replay"]} if long else ARMS
   c = sokoban.get_config("gigpo,smoke" if smoke else "gigpo")
   c.sweep = credit_assignment.one_env_sweep(
