@@ -15,7 +15,14 @@ For every environment and estimator this computes, over seeds,
   training-rollout success gain: mean success of the sampled RL batches
   over the last `TRAIN_WINDOW` RL steps minus the first (64 episodes a step
   in the credit-assignment sweep, so 320 per window, against 128 held-out
-  tasks per evaluation), when the runs log `success_rate`.
+  tasks per evaluation), when the runs log `success_rate`;
+  late held-out success: the mean of the RL evaluations in the second half
+  of training (RL step >= half the last one), less at the mercy of one
+  evaluation than the final one (a run's last evaluation moves by several
+  points with float noise alone);
+  per paired seed, whether the two runs ran on the same machine
+  (`agentic_rl.machine`): on different CPUs the same seed is not the same
+  run, so those pairs carry cross-machine noise besides the arm's effect.
 
 Evaluation points come from the metrics file's `eval/*` entries: the row
 at step 0 (no `sft/` keys) is the SFT policy's evaluation (older runs lack
@@ -50,6 +57,7 @@ COLD_START_PREFIXES = (SFT_PREFIX, "distill/", "dpo/")
 
 
 TRAIN_WINDOW = 5  # RL steps averaged at each end for the training gain
+LATE_FROM = 0.5  # late_success averages evaluations from this fraction on
 
 
 class ReportError(ValueError):
@@ -85,10 +93,19 @@ class RunCurve:
   difficulty_steps: np.ndarray = dataclasses.field(
     default_factory=lambda: np.zeros(0)
   )
+  # `numerics_key` of each machine the run (and the SFT stage it started
+  # from) ran on, in order; None when not recorded (runs begun before
+  # 2026-12-04). `machine_labels` maps each key to a readable name.
+  machines: tuple[str, ...] | None = None
+  machine_labels: dict[str, str] = dataclasses.field(default_factory=dict)
 
   @property
   def final_success(self) -> float:
     return float(self.success[-1])
+
+  @property
+  def late_success(self) -> float:
+    return late_mean(self.steps, self.success)
 
   @property
   def final_return(self) -> float:
@@ -176,6 +193,38 @@ def train_gain(
   if w < 1:
     return None
   return float(v[-w:].mean() - v[:w].mean())
+
+
+def late_mean(
+  steps: Sequence[float], values: Sequence[float], start: float = LATE_FROM
+) -> float:
+  """Mean of the values at RL steps >= `start` x the last step (and > 0:
+  not the SFT policy's); the last value for an SFT-only curve."""
+  s = np.asarray(steps, np.float64)
+  v = np.asarray(values, np.float64)
+  late = v[(s > 0) & (s >= start * s[-1])]
+  return float(late.mean()) if late.size else float(v[-1])
+
+
+def machine_pair(a: RunCurve, b: RunCurve) -> str:
+  """ "same" if both runs (stages included) ran on one machine, "different"
+  if their recorded machines differ, "unknown" if either has no record."""
+  if a.machines is None or b.machines is None:
+    return "unknown"
+  return "same" if len({*a.machines, *b.machines}) == 1 else "different"
+
+
+def run_machines(
+  record: Sequence[Mapping[str, Any]],
+) -> tuple[tuple[str, ...] | None, dict[str, str]]:
+  """(keys, labels) of a summary's "machines" list; keys None if the list
+  is empty or starts after the run began (`unrecorded_before`)."""
+  from agentic_rl import machine
+
+  labels = {r["key"]: machine.short_name(r) for r in record}
+  if not record or record[0].get("unrecorded_before"):
+    return None, labels
+  return tuple(r["key"] for r in record), labels
 
 
 def paired_difference(
@@ -295,6 +344,7 @@ def load_run(root: str | os.PathLike, run: Mapping[str, Any]) -> RunCurve:
   config = _read_json(wd / "config.json")
   timing = wd / "sweep_timing.json"
   seconds = _read_json(timing).get("seconds") if timing.is_file() else None
+  machines, machine_labels = run_machines(summary.get("machines") or [])
   steps, success, returns = (
     np.asarray(c, np.float64) for c in zip(*points, strict=True)
   )
@@ -315,6 +365,8 @@ def load_run(root: str | os.PathLike, run: Mapping[str, Any]) -> RunCurve:
     ),
     success_by_difficulty=per_level,
     difficulty_steps=np.asarray(level_steps, np.float64),
+    machines=machines,
+    machine_labels=machine_labels,
   )
 
 
@@ -370,6 +422,7 @@ def summarize_env(
     "final_success": lambda c: c.final_success,
     "final_return": lambda c: c.final_return,
     "auc_success": lambda c: normalized_auc(c.steps, c.success),
+    "late_success": lambda c: c.late_success,
   }
   if all(train_gain(c.train_success) is not None for c in curves):
     metrics["train_success_gain"] = lambda c: train_gain(c.train_success)
@@ -402,6 +455,10 @@ def summarize_env(
         m: paired_difference(v, per_seed[baseline][m]).to_dict()
         for m, v in per_seed[est].items()
       }
+      pairs = {"same": 0, "different": 0, "unknown": 0}
+      for seed in sorted(set(runs) & set(by_est[baseline])):
+        pairs[machine_pair(runs[seed], by_est[baseline][seed])] += 1
+      row["machine_pairs"] = pairs
     out[est] = row
   return out
 
@@ -420,6 +477,11 @@ def summarize(
     if curves:
       envs[env] = summarize_env(curves, manifest["baseline"], threshold)
   seconds = [c.seconds for c in (*grid, *checks) if c.seconds is not None]
+  used: dict[str, dict[str, Any]] = {}
+  for c in (*grid, *checks):
+    for key in dict.fromkeys(c.machines or ()):
+      entry = used.setdefault(key, {"label": c.machine_labels[key], "runs": 0})
+      entry["runs"] += 1
   return {
     "sweep": manifest["name"],
     "config": manifest.get("config", ""),
@@ -427,6 +489,8 @@ def summarize(
     "baseline": manifest["baseline"],
     "threshold": threshold,
     "machine": machine(),
+    "run_machines": used,
+    "runs_unrecorded": sum(c.machines is None for c in (*grid, *checks)),
     "runs_finished": len(grid) + len(checks),
     "runs_missing": list(missing),
     "seconds_per_run": _stat(seconds) if seconds else None,
@@ -735,6 +799,42 @@ def _env_table(env: str, stats: Mapping[str, Any], baseline: str) -> str:
       f" {_ci(vs['final_success']) if vs else 'baseline'} |"
       f" {_ci(vs['auc_success']) if vs else 'baseline'} |"
     )
+  lines += [
+    "",
+    "Held-out success averaged over the evaluations of each run's second"
+    " half of RL (one evaluation's noise weighs less than in final), and"
+    " whether each pair's two runs shared a machine:",
+    "",
+    f"| estimator | late success | Δ late vs {baseline} |"
+    " pairs on one machine / different / unrecorded |",
+    "|---|---|---|---|",
+  ]
+  for est, row in stats.items():
+    vs = row.get("vs_baseline")
+    pairs = row.get("machine_pairs")
+    lines.append(
+      f"| {est} | {_ci(row['late_success'])} |"
+      f" {_ci(vs['late_success']) if vs else 'baseline'} |"
+      + (
+        f" {pairs['same']} / {pairs['different']} / {pairs['unknown']} |"
+        if pairs
+        else " baseline |"
+      )
+    )
+  mixed = {
+    est: row["machine_pairs"]["different"]
+    for est, row in stats.items()
+    if row.get("machine_pairs", {}).get("different")
+  }
+  if mixed:
+    which = ", ".join(f"{est} ({n})" for est, n in mixed.items())
+    lines += [
+      "",
+      f"**Caution:** some pairs ran on different machines: {which}. The"
+      " same seed on another CPU is not the same run (XLA picks kernels by"
+      " instruction set, and RL grows the last-bit differences), so their"
+      " Δ mixes machine noise with the arm's effect.",
+    ]
   levels = _difficulty_metrics(stats)
   if levels:
     names = [m.removeprefix("final_success_") for m in levels]
@@ -791,9 +891,16 @@ def findings(summary: Mapping[str, Any]) -> list[str]:
         verdict = "below the baseline (95% CI excludes 0)"
       else:
         verdict = "not distinguishable from the baseline (95% CI covers 0)"
+      pairs = row.get("machine_pairs") or {}
+      caveat = (
+        f" ({pairs['different']} of {d['n']} pairs ran on different machines)"
+        if pairs.get("different")
+        else ""
+      )
       out.append(
         f"{env}: {est} − {base} final success = {_ci(d)} over "
-        f"{d['n']} paired seeds: {verdict}."
+        f"{d['n']} paired seeds: {verdict}; late success (second half of "
+        f"RL) {_ci(vs['late_success'])}{caveat}."
       )
   return out
 
@@ -843,6 +950,18 @@ def _missing_line(missing: Sequence[str]) -> str:
     per_env[name.split("/")[0]] = per_env.get(name.split("/")[0], 0) + 1
   counts = ", ".join(f"{env}: {n}" for env, n in per_env.items())
   return f"{len(missing)} ({counts}; names in results.json)"
+
+
+def _run_machines_line(summary: Mapping[str, Any]) -> str:
+  """Where the runs ran, from their machine records."""
+  used = summary.get("run_machines") or {}
+  unrecorded = summary.get("runs_unrecorded", 0)
+  parts = [f"{e['label']} ({e['runs']} runs)" for e in used.values()]
+  if unrecorded:
+    parts.append(
+      f"{unrecorded} runs without a machine record (begun before 2026-12-04)"
+    )
+  return "Runs (with their SFT stages) ran on: " + "; ".join(parts) + "."
 
 
 def render_readme(
@@ -898,15 +1017,17 @@ def render_readme(
       "starts from)"
     )
   parts.append(
-    f"**Machine.** {m['platform']}, {m['cpus']} CPU cores "
-    f"({m['processor']}), Python {m['python']}, JAX backend "
-    f"`{m['jax_backend']}`. "
+    f"**Machine.** Report rendered on {m['platform']}, {m['cpus']} CPU "
+    f"cores ({m['processor']}), Python {m['python']}, JAX backend "
+    f"`{m['jax_backend']}`. {_run_machines_line(summary)} "
     f"Cost: {cost_line}. Finished runs: {summary['runs_finished']}; "
     f"unfinished: {_missing_line(summary['runs_missing'])}.\n"
   )
   parts.append(
     "**Metrics.** Final = the last greedy evaluation on the held-out "
-    "tasks. AUC = trapezoid area under held-out success vs RL step (step "
+    "tasks; late = the mean of the evaluations at RL steps from half the "
+    "last one on (e.g. 20 and 30 of 30). "
+    "AUC = trapezoid area under held-out success vs RL step (step "
     "0 = the SFT policy), divided by the step range. Steps to threshold = "
     f"first evaluation with success ≥ {summary['threshold']} (mean over the "
     "runs that reached it; reached/total in brackets). Intervals are 95% "
@@ -1032,8 +1153,10 @@ def compare_conditions(
   estimators: Sequence[str],
   metrics: Sequence[str],
 ) -> list[dict[str, Any]]:
-  """Per estimator and metric: final values by seed under A and B, and the
-  paired difference B - A over the seeds finished under both.
+  """Per estimator and metric: final values by seed under A and B, the
+  paired difference B - A over the seeds finished under both, and how
+  many of those pairs ran on one machine (`machine_pairs`, as in
+  `summarize_env`).
 
   Runs are `<root>/<env>/<estimator>/seed<seed>` as a sweep lays them out,
   so two sweeps that differ in one setting (same seeds, same SFT stages)
@@ -1056,6 +1179,16 @@ def compare_conditions(
       raise ReportError(
         f"{env}/{est}: no seed finished under both {root_a} and {root_b}"
       )
+    pairs = {"same": 0, "different": 0, "unknown": 0}
+    for seed in shared:
+      ka, kb = (
+        run_machines(_read_json(d[seed] / "summary.json").get("machines", []))
+        for d in (a, b)
+      )
+      if ka[0] is None or kb[0] is None:
+        pairs["unknown"] += 1
+      else:
+        pairs["same" if len({*ka[0], *kb[0]}) == 1 else "different"] += 1
     for metric in metrics:
       va = {s: final_eval(a[s], metric) for s in shared}
       vb = {s: final_eval(b[s], metric) for s in shared}
@@ -1066,6 +1199,7 @@ def compare_conditions(
           "a": va,
           "b": vb,
           "b_minus_a": paired_difference(vb, va).to_dict(),
+          "machine_pairs": pairs,
         }
       )
   return out
@@ -1077,17 +1211,20 @@ def comparison_table(
   """Markdown table of `compare_conditions` rows (values in percent)."""
   lines = [
     f"| estimator | metric | {label_a} (by seed, %) | {label_b} (%) "
-    f"| paired {label_b} − {label_a} |",
-    "|---|---|---|---|---|",
+    f"| paired {label_b} − {label_a} | pairs on one machine / different /"
+    " unrecorded |",
+    "|---|---|---|---|---|---|",
   ]
   for r in rows:
     cells = [
       " / ".join(f"{100 * v[s]:.1f}" for s in sorted(v))
       for v in (r["a"], r["b"])
     ]
+    p = r["machine_pairs"]
     lines.append(
       f"| {r['estimator']} | `{r['metric']}` | {cells[0]} | {cells[1]} "
-      f"| {_ci(r['b_minus_a'])} |"
+      f"| {_ci(r['b_minus_a'])} | {p['same']} / {p['different']} /"
+      f" {p['unknown']} |"
     )
   return "\n".join(lines)
 

@@ -47,6 +47,18 @@ def test_train_gain_by_hand():
   assert report.train_gain(ramp) == pytest.approx(7.0)
 
 
+def test_late_mean_by_hand():
+  # Steps 0, 10, 20, 30: the second half of RL is steps 20 and 30.
+  assert report.late_mean([0, 10, 20, 30], [0.0, 0.1, 0.2, 0.4]) == (
+    pytest.approx(0.3)
+  )
+  # Every 5 steps to 50: steps 25 ... 50, six evaluations.
+  steps = np.arange(0, 55, 5)
+  assert report.late_mean(steps, steps / 100) == pytest.approx(0.375)
+  assert report.late_mean([0, 10], [0.5, 0.7]) == 0.7  # step 0 never counts
+  assert report.late_mean([0], [0.25]) == 0.25  # an SFT-only curve
+
+
 def test_paired_difference_by_hand():
   treated = {0: 0.5, 1: 0.7, 2: 0.6, 7: 1.0}  # seed 7 has no partner
   baseline = {0: 0.4, 1: 0.4, 2: 0.5}
@@ -58,8 +70,31 @@ def test_paired_difference_by_hand():
   assert (ci.lo, ci.hi) == pytest.approx((1 / 6 - half, 1 / 6 + half))
 
 
+def _machine(key, cpu="EPYC"):
+  """A machine record as `loop.record_machine` keeps it (fields trimmed)."""
+  return {
+    "key": key,
+    "cpu_name": cpu,
+    "host_cpus": 2,
+    "isa": ["avx2"],
+    "jax": "0.10.2",
+    "backend": "cpu",
+    "phase": "sft",
+    "sft_step": 0,
+    "rl_step": 0,
+  }
+
+
 def _write_run(
-  root, name, curve, *, sft_row=True, resumed=False, nan=False, slope=0.1
+  root,
+  name,
+  curve,
+  *,
+  sft_row=True,
+  resumed=False,
+  nan=False,
+  slope=0.1,
+  machines=(),
 ):
   """A run dir as the loop writes it; curve = [(rl_step, success, return)].
 
@@ -93,6 +128,8 @@ def _write_run(
     ]
   }
   summary["evals"][0]["return_mean"] = evals[0][1]
+  if machines:
+    summary["machines"] = list(machines)
   (wd / "summary.json").write_text(json.dumps(summary))
   name_ = "gigpo" if "gigpo" in name else "grpo"
   (wd / "config.json").write_text(json.dumps({"estimator": {"name": name_}}))
@@ -120,7 +157,22 @@ def sweep_root(tmp_path):
     old = (est, seed) == ("grpo", 0)
     # Training success rises 0.1 a step for grpo, 0.2-0.4 for gigpo.
     slope = 0.1 if est == "grpo" else 0.2 + 0.1 * seed
-    _write_run(root, name, curve, sft_row=not old, resumed=old, slope=slope)
+    # Machines: grpo seed 0 has no record (old); seed 1 ran on machine A
+    # in both arms; seed 2's gigpo ran on B.
+    where = (
+      []
+      if old
+      else [_machine("b" * 16 if (est, seed) == ("gigpo", 2) else "a" * 16)]
+    )
+    _write_run(
+      root,
+      name,
+      curve,
+      sft_row=not old,
+      resumed=old,
+      slope=slope,
+      machines=where,
+    )
     runs.append({"name": name, "env": "lake", "estimator": est, "seed": seed})
   _write_run(root, "checks/mesh", CURVES[("grpo", 0)], nan=True)
   runs.append(
@@ -192,11 +244,27 @@ def test_summary_statistics_by_hand(sweep_root):
   assert gigpo["steps_to_threshold"]["mean_over_reached"] == pytest.approx(
     5 / 3
   )
+  # Late success, the mean of the RL evaluations from step 1 = half of 2 on:
+  # grpo 0.3, 0.5, 0.35; gigpo 0.45, 0.75, 0.4; paired 0.15, 0.25, 0.05.
+  assert grpo["late_success"]["mean"] == pytest.approx((0.3 + 0.5 + 0.35) / 3)
+  d = gigpo["vs_baseline"]["late_success"]
+  half = T_975_2 * 0.1 / math.sqrt(3)  # s of (0.15, 0.25, 0.05) = 0.1
+  assert d["mean"] == pytest.approx(0.15)
+  assert (d["lo"], d["hi"]) == pytest.approx((0.15 - half, 0.15 + half))
+  # Seed 0's baseline has no record, seed 1 shares machine A, seed 2 not.
+  assert gigpo["machine_pairs"] == {"same": 1, "different": 1, "unknown": 1}
+  assert "machine_pairs" not in grpo
+  assert s["runs_unrecorded"] == 2  # grpo seed 0 and the check run
+  assert {k: e["runs"] for k, e in s["run_machines"].items()} == {
+    "a" * 16: 4,
+    "b" * 16: 1,
+  }
   (check,) = s["checks"]
   assert check["name"] == "checks/mesh" and not check["finite"]
   assert s["seconds_per_run"]["mean"] == pytest.approx(10.0)
   (finding,) = report.findings(s)
   assert "gigpo − grpo" in finding and "95% CI covers 0" in finding
+  assert "1 of 3 pairs ran on different machines" in finding
 
 
 def test_write_report_files(sweep_root, tmp_path):
@@ -206,6 +274,11 @@ def test_write_report_files(sweep_root, tmp_path):
   assert "Smoke-size sweep, not the experiment" in readme
   assert "| gigpo | 3 | 0.667 [" in readme
   assert "| gigpo | 0.300 [" in readme  # training gain 0.2, 0.3, 0.4
+  assert "| gigpo | 0.533 [" in readme  # late success 0.45, 0.75, 0.4
+  assert "| 1 / 1 / 1 |" in readme  # machine pairs
+  assert "ran on different machines: gigpo (1)" in readme
+  assert "EPYC, 2 cores, avx2, jax 0.10.2 cpu (4 runs)" in readme
+  assert "2 runs without a machine record" in readme
   assert "86.7 vs 72.8" in readme
   assert "lake/rloo/seed0" in readme
   assert "all metrics finite: NO" in readme
@@ -338,10 +411,13 @@ def test_compare_conditions_pairs_runs_by_seed(tmp_path):
   finals = {"a": {0: 0.25, 1: 0.5, 2: 0.5}, "b": {0: 0.5, 1: 0.5, 3: 0.9}}
   for cond, by_seed in finals.items():
     for seed, final in by_seed.items():
+      # Seed 0 ran on machine A under both, seed 1 on A then B.
+      key = "b" * 16 if (cond, seed) == ("b", 1) else "a" * 16
       _write_run(
         tmp_path / cond,
         f"qa/grpo/seed{seed}",
         [(0, 0.0, 0.0), (1, 0.1, 0.0), (2, final, 0.0)],
+        machines=[_machine(key)],
       )
   (row,) = report.compare_conditions(
     tmp_path / "a", tmp_path / "b", "qa", ["grpo"], ["eval/success_rate"]
@@ -354,6 +430,8 @@ def test_compare_conditions_pairs_runs_by_seed(tmp_path):
   assert (d["lo"], d["hi"]) == pytest.approx((0.125 - half, 0.125 + half))
   table = report.comparison_table([row], "on", "off")
   assert "| grpo | `eval/success_rate` | 25.0 / 50.0 | 50.0 / 50.0 |" in table
+  assert row["machine_pairs"] == {"same": 1, "different": 1, "unknown": 0}
+  assert table.rstrip().endswith("| 1 / 1 / 0 |")
   with pytest.raises(report.ReportError, match="no RL row logs"):
     report.compare_conditions(
       tmp_path / "a", tmp_path / "b", "qa", ["grpo"], ["eval/nope"]

@@ -606,6 +606,7 @@ def test_ci_sweep_and_report_end_to_end(tmp_path):
   )
   results = json.loads((out / "results.json").read_text())
   assert results["runs_missing"] == []
+  assert results["runs_unrecorded"] == 0 and results["run_machines"]
   assert set(results["envs"]) == {"sokoban"}
   (check,) = results["checks"]
   # The check's own overrides: one RL step (the smoke runs 2).
@@ -614,11 +615,15 @@ def test_ci_sweep_and_report_end_to_end(tmp_path):
   # policy, so its post-SFT evaluation, and no SFT in their own logs.
   runs = [root / "sokoban/grpo/seed0", root / "checks/sokoban_gigpo_mesh222"]
   stage = root / "sokoban/sft/seed0"
-  (stage_eval,) = json.loads((stage / "summary.json").read_text())["evals"]
+  stage_summary = json.loads((stage / "summary.json").read_text())
+  (stage_eval,) = stage_summary["evals"]
   assert stage_eval["phase"] == "sft"
+  (stage_machine,) = stage_summary["machines"]
   for run in runs:
     summary = json.loads((run / "summary.json").read_text())
     assert summary["evals"][0] == stage_eval
+    # Each run's machine record starts with its stage's launch.
+    assert summary["machines"][0] == stage_machine
     assert "sft/loss" not in (run / "logs/metrics.jsonl").read_text()
   assert "sft/loss" in (stage / "logs/metrics.jsonl").read_text()
   # The caller's cache, not the sweep's default one.
@@ -661,6 +666,7 @@ def test_smoke_sweep_and_report_end_to_end(tmp_path):
   )
   results = json.loads((out / "results.json").read_text())
   assert results["runs_missing"] == []
+  assert results["runs_unrecorded"] == 0 and results["run_machines"]
   assert set(results["envs"]) == {"sokoban", "frozenlake"}
   (check,) = results["checks"]
   assert check["finite"] and check["rl_rows"] == 2

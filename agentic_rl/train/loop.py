@@ -54,7 +54,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from agentic_rl import estimators, losses, rewards
+from agentic_rl import estimators, losses, machine, rewards
 from agentic_rl import sharding as shd
 from agentic_rl.data import packing, trajectory_io
 from agentic_rl.data.curriculum import SuccessRateCurriculum
@@ -258,6 +258,7 @@ def setup(config, workdir: str) -> Run:
       state, host = warm_start(config, config.init_from, state, layout)
       task_sampler.load_state_dict(host["task_sampler"])
   host.pop("rl_teacher", None)  # e.g. left by a warm start's source
+  record_machine(host)
   curriculum = make_curriculum(config, task_sampler, host)
   replay = make_replay(config, host)
   if t_info:
@@ -507,6 +508,26 @@ def _field(config_dict: dict[str, Any], dotted: str) -> Any:
     # The samplers' weight layout changes speed, not what they sample.
     return {k: v for k, v in config_dict.items() if k != "kernels_out_first"}
   return config_dict
+
+
+def record_machine(host: dict[str, Any], desc: dict[str, Any] | None = None):
+  """Appends this launch's machine (`machine.describe`) to `host["machines"]`
+  unless the last one recorded is the same (same `numerics_key`).
+
+  Each entry also says where the run stood when it began there (phase, SFT
+  and RL step), so a run resumed on another CPU shows which part ran where.
+  A warm start inherits its SFT stage's list, so a compared run's record
+  covers the policy it started from as well. The list is empty for runs
+  begun before 2026-12-04; the report then counts the run as unknown.
+  """
+  desc = machine.describe() if desc is None else desc
+  machines = host.setdefault("machines", [])
+  if machines and machines[-1]["key"] == desc["key"]:
+    return
+  where = {k: host[k] for k in ("phase", "sft_step", "rl_step")}
+  if not machines and (where["sft_step"] or where["phase"] != "sft"):
+    where["unrecorded_before"] = True  # resumed from an older checkpoint
+  machines.append({**desc, **where})
 
 
 def warm_start(config, source: str, state: TrainState, layout):
@@ -1168,6 +1189,7 @@ def _summary(run: Run) -> dict[str, Any]:
     "rl_teacher": run.host.get("rl_teacher"),
     "critic_params": run.critic and count_params(run.critic.model),
     "evals": evals,
+    "machines": run.host.get("machines", []),
     "params": count_params(run.state.model),
     "step": int(jnp.asarray(run.state.step)),
   }

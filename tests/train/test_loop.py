@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from tensorboard.backend.event_processing import event_accumulator
 
-from agentic_rl import losses
+from agentic_rl import losses, machine
 from agentic_rl.data import pool as pool_lib
 from agentic_rl.data import trajectory_io
 from agentic_rl.train import critic as critic_lib
@@ -86,6 +86,11 @@ def test_smoke_run_writes_everything(straight):
   ]
   assert sft_rows and all(math.isfinite(r["sft/loss"]) for r in sft_rows)
   assert summary["success_after_sft"] is not None
+  # The machine it ran on, recorded at launch, from the start of SFT.
+  (here,) = summary["machines"]
+  assert here["key"] == machine.describe()["key"]
+  assert (here["phase"], here["sft_step"], here["rl_step"]) == ("sft", 0, 0)
+  assert "unrecorded_before" not in here
 
 
 @ON_THE_STRAIGHT_RUN
@@ -146,6 +151,10 @@ def test_sft_stage_then_warm_start_skips_sft(sft_stage, tmp_path):
   (sft_eval,) = [e for e in stage["evals"] if e["phase"] == "sft"]
   assert first["eval/success_rate/d0"] == sft_eval["success_rate/d0"]
   assert sft_eval["success_rate/d0"] == stage["success_after_sft"]
+  # It carries the stage's machine record (the SFT it started from ran
+  # there), not one begun at RL step 0.
+  assert summary["machines"] == stage["machines"]
+  assert summary["machines"][0]["phase"] == "sft"
   # It resumes from its own checkpoint, not the source, from then on.
   again = loop.train(_config(2, estimator="grpo"), str(tmp_path / "rl"))
   assert again["rl_steps"] == 2
