@@ -206,12 +206,13 @@ def late_mean(
   return float(late.mean()) if late.size else float(v[-1])
 
 
-def machine_pair(a: RunCurve, b: RunCurve) -> str:
-  """ "same" if both runs (stages included) ran on one machine, "different"
-  if their recorded machines differ, "unknown" if either has no record."""
-  if a.machines is None or b.machines is None:
+def machine_pair(a: Sequence[str] | None, b: Sequence[str] | None) -> str:
+  """Two runs' machine keys (`RunCurve.machines`, stages included): "same"
+  if all are one machine, "different" if not, "unknown" if either is None
+  (not recorded)."""
+  if a is None or b is None:
     return "unknown"
-  return "same" if len({*a.machines, *b.machines}) == 1 else "different"
+  return "same" if len({*a, *b}) == 1 else "different"
 
 
 def run_machines(
@@ -457,7 +458,10 @@ def summarize_env(
       }
       pairs = {"same": 0, "different": 0, "unknown": 0}
       for seed in sorted(set(runs) & set(by_est[baseline])):
-        pairs[machine_pair(runs[seed], by_est[baseline][seed])] += 1
+        pair = machine_pair(
+          runs[seed].machines, by_est[baseline][seed].machines
+        )
+        pairs[pair] += 1
       row["machine_pairs"] = pairs
     out[est] = row
   return out
@@ -668,8 +672,9 @@ def plot_paired_differences(
   """Held-out success minus the baseline's on the same seed, vs RL step.
 
   One line per estimator: the mean over the seeds both ran (thin lines:
-  each seed). With seeds far apart (different SFT policies) this is the
-  readable view; the absolute curves mostly show the seeds.
+  each seed, dashed where the pair ran on different machines). With seeds
+  far apart (different SFT policies) this is the readable view; the
+  absolute curves mostly show the seeds.
   """
   import matplotlib
 
@@ -692,8 +697,11 @@ def plot_paired_differences(
       np.interp(x, c.steps, c.success) - np.interp(x, b.steps, b.success)
       for c, b in pairs
     ]
-    for d in diffs:
-      ax.plot(x, d, color=f"C{i}", lw=0.6, alpha=0.35)
+    for d, (c, b) in zip(diffs, pairs, strict=True):
+      mixed = machine_pair(c.machines, b.machines) == "different"
+      ax.plot(
+        x, d, color=f"C{i}", lw=0.6, alpha=0.35, ls="--" if mixed else "-"
+      )
     ax.plot(
       x,
       np.mean(diffs, axis=0),
@@ -1182,13 +1190,12 @@ def compare_conditions(
     pairs = {"same": 0, "different": 0, "unknown": 0}
     for seed in shared:
       ka, kb = (
-        run_machines(_read_json(d[seed] / "summary.json").get("machines", []))
+        run_machines(_read_json(d[seed] / "summary.json").get("machines", []))[
+          0
+        ]
         for d in (a, b)
       )
-      if ka[0] is None or kb[0] is None:
-        pairs["unknown"] += 1
-      else:
-        pairs["same" if len({*ka[0], *kb[0]}) == 1 else "different"] += 1
+      pairs[machine_pair(ka, kb)] += 1
     for metric in metrics:
       va = {s: final_eval(a[s], metric) for s in shared}
       vb = {s: final_eval(b[s], metric) for s in shared}

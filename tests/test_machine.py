@@ -1,6 +1,7 @@
 """Machine records: /proc/cpuinfo parsing, the numerics key, and the loop's
 per-launch record."""
 
+import jax
 import pytest
 
 from agentic_rl import machine
@@ -91,7 +92,7 @@ def test_numerics_key_follows_what_decides_the_floats():
 def test_describe_this_machine():
   here = machine.describe()
   assert here["key"] == machine.numerics_key(here)
-  assert here["backend"] == "cpu" and here["host_cpus"] >= 1
+  assert here["backend"] == jax.default_backend() and here["host_cpus"] >= 1
   assert "cores" in machine.short_name(here)
   label = machine.short_name(_record())
   assert label.startswith(
