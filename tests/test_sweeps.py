@@ -674,21 +674,30 @@ def test_smoke_sweep_and_report_end_to_end(tmp_path):
 
 def test_replay_sweep_differs_from_gigpo_only_in_the_replay_switch():
   runs = _runs_by_name("configs/ablations/sokoban_replay.py")
-  assert len(runs) == 3 + 3 * 3
+  assert len(runs) == 3 + 3 * 4
   for seed in (0, 1, 2):
-    base, arm, dose = (
+    base, arm, dose, fifo = (
       runs[f"sokoban/{e}/seed{seed}"]
-      for e in ("gigpo", "gigpo_replay", "gigpo_replay_f05")
+      for e in (
+        "gigpo",
+        "gigpo_replay",
+        "gigpo_replay_f05",
+        "gigpo_replay_fifo",
+      )
     )
-    assert arm.config_arg == dose.config_arg == "gigpo,replay"
+    assert arm.config_arg == dose.config_arg == fifo.config_arg
+    assert arm.config_arg == "gigpo,replay"
     assert base.config_arg == "gigpo"
     assert arm.overrides == base.overrides
-    # the dose arm changes the replayed fraction and nothing else
-    assert set(dose.overrides) - set(arm.overrides) == {
-      ("replay.fraction", "0.5")
-    }
-    assert set(arm.overrides) <= set(dose.overrides)
-    for run in (arm, dose):
+    # the dose arm changes the replayed fraction and nothing else, the
+    # fifo arm the sampling mode
+    for run, change in (
+      (dose, ("replay.fraction", "0.5")),
+      (fifo, ("replay.mode", "fifo")),
+    ):
+      assert set(run.overrides) - set(arm.overrides) == {change}
+      assert set(arm.overrides) <= set(run.overrides)
+    for run in (arm, dose, fifo):
       assert (
         run.init_from_run == base.init_from_run == f"sokoban/sft/seed{seed}"
       )

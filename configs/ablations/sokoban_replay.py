@@ -17,6 +17,10 @@ plain GiGPO from the same SFT policy? Arms:
   gigpo_replay_f05  the same with `replay.fraction=0.5`: 32 replayed rows
                     beside the 64 fresh ones instead of 16 (a dose: does
                     more replay move held-out success further?)
+  gigpo_replay_fifo the same as gigpo_replay with `replay.mode=fifo`: rows
+                    drawn uniformly from the last 512 trajectories, none
+                    evicted by priority (is it the |advantage| priority,
+                    or reuse alone?)
 
 The grid is the credit-assignment sweep's Sokoban arm (size, shared SFT
 stages, task order, rollout keys: 30 RL steps of 8 tasks x 8 rollouts,
@@ -42,6 +46,10 @@ ARMS = {
   "gigpo_replay_f05": {
     "variant": "gigpo,replay",
     "overrides": {"replay": {"fraction": 0.5}},
+  },
+  "gigpo_replay_fifo": {
+    "variant": "gigpo,replay",
+    "overrides": {"replay": {"mode": "fifo"}},
   },
 }
 
