@@ -674,33 +674,28 @@ def test_smoke_sweep_and_report_end_to_end(tmp_path):
 
 def test_replay_sweep_differs_from_gigpo_only_in_the_replay_switch():
   runs = _runs_by_name("configs/ablations/sokoban_replay.py")
-  assert len(runs) == 3 + 3 * 4
+  # Each knob arm changes one replay setting of gigpo_replay, nothing else.
+  knobs = {
+    "gigpo_replay_f05": ("replay.fraction", "0.5"),
+    "gigpo_replay_fifo": ("replay.mode", "fifo"),
+    "gigpo_replay_a2": ("replay.alpha", "2.0"),
+    "gigpo_replay_nodecay": ("replay.half_life", "1000000000.0"),
+  }
+  assert len(runs) == 3 + 3 * (2 + len(knobs))
   for seed in (0, 1, 2):
-    base, arm, dose, fifo = (
-      runs[f"sokoban/{e}/seed{seed}"]
-      for e in (
-        "gigpo",
-        "gigpo_replay",
-        "gigpo_replay_f05",
-        "gigpo_replay_fifo",
-      )
+    base, arm = (
+      runs[f"sokoban/{e}/seed{seed}"] for e in ("gigpo", "gigpo_replay")
     )
-    assert arm.config_arg == dose.config_arg == fifo.config_arg
     assert arm.config_arg == "gigpo,replay"
     assert base.config_arg == "gigpo"
     assert arm.overrides == base.overrides
-    # the dose arm changes the replayed fraction and nothing else, the
-    # fifo arm the sampling mode
-    for run, change in (
-      (dose, ("replay.fraction", "0.5")),
-      (fifo, ("replay.mode", "fifo")),
-    ):
+    for name, change in knobs.items():
+      run = runs[f"sokoban/{name}/seed{seed}"]
+      assert run.config_arg == arm.config_arg
       assert set(run.overrides) - set(arm.overrides) == {change}
       assert set(arm.overrides) <= set(run.overrides)
-    for run in (arm, dose, fifo):
-      assert (
-        run.init_from_run == base.init_from_run == f"sokoban/sft/seed{seed}"
-      )
+      assert run.init_from_run == f"sokoban/sft/seed{seed}"
+    assert arm.init_from_run == base.init_from_run == f"sokoban/sft/seed{seed}"
     assert dict(base.overrides)["rl.steps"] == "30"
   replay = sweeps.load_config("configs/sokoban.py:gigpo,replay")
   plain = sweeps.load_config("configs/sokoban.py:gigpo")

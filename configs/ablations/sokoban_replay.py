@@ -21,6 +21,11 @@ plain GiGPO from the same SFT policy? Arms:
                     drawn uniformly from the last 512 trajectories, none
                     evicted by priority (is it the |advantage| priority,
                     or reuse alone?)
+  gigpo_replay_a2   priority exponent 2 instead of 1 (`replay.alpha`):
+                    draws lean harder toward large |advantage|
+  gigpo_replay_nodecay  no recency in the priority (`replay.half_life`
+                    1e9 instead of 256 trajectories): large-|advantage|
+                    rows stay and come back however old
 
 The grid is the credit-assignment sweep's Sokoban arm (size, shared SFT
 stages, task order, rollout keys: 30 RL steps of 8 tasks x 8 rollouts,
@@ -50,6 +55,14 @@ ARMS = {
   "gigpo_replay_fifo": {
     "variant": "gigpo,replay",
     "overrides": {"replay": {"mode": "fifo"}},
+  },
+  "gigpo_replay_a2": {
+    "variant": "gigpo,replay",
+    "overrides": {"replay": {"alpha": 2.0}},
+  },
+  "gigpo_replay_nodecay": {
+    "variant": "gigpo,replay",
+    "overrides": {"replay": {"half_life": 1e9}},
   },
 }
 
