@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 import scipy.stats
 
+from agentic_rl import machine as machine_lib
 from agentic_rl.train.logging import read_jsonl
 
 SFT_PREFIX = "sft/"
@@ -220,9 +221,7 @@ def run_machines(
 ) -> tuple[tuple[str, ...] | None, dict[str, str]]:
   """(keys, labels) of a summary's "machines" list; keys None if the list
   is empty or starts after the run began (`unrecorded_before`)."""
-  from agentic_rl import machine
-
-  labels = {r["key"]: machine.short_name(r) for r in record}
+  labels = {r["key"]: machine_lib.short_name(r) for r in record}
   if not record or record[0].get("unrecorded_before"):
     return None, labels
   return tuple(r["key"] for r in record), labels
