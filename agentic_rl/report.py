@@ -880,8 +880,55 @@ def _env_table(env: str, stats: Mapping[str, Any], baseline: str) -> str:
   return "\n".join(lines)
 
 
+def _side(d: Mapping[str, Any] | None) -> str | None:
+  """Where a paired 95% interval lies: 'above' or 'below' 0, 'covers' 0,
+  or None when there is no interval (too few seeds, or not measured)."""
+  if not d or d.get("lo") is None:
+    return None
+  if d["lo"] > 0:
+    return "above"
+  if d["hi"] < 0:
+    return "below"
+  return "covers"
+
+
+def _late_clause(final: str | None, late: str | None) -> str:
+  """How late success reads beside final success: a final difference that
+  the late evaluations do not confirm rests on one evaluation's noise."""
+  if late is None or final is None:
+    return ""
+  if late == final:
+    return " too" if late == "covers" else f", also {late} the baseline"
+  if late == "covers":
+    return (
+      ": it covers 0, so the final difference is not confirmed by the"
+      " late evaluations"
+    )
+  if final == "covers":
+    return f": {late} the baseline (95% CI excludes 0), though final is not"
+  return f": {late} the baseline, the opposite of final"
+
+
+def _no_width(d: Mapping[str, Any]) -> str:
+  """A t-interval over identical paired differences has no width: with few
+  seeds and a coarse metric (k of 128 tasks) that happens, and says less
+  than its 'excludes 0' suggests."""
+  if d["lo"] is None or d["lo"] != d["hi"] or d["mean"] == 0:
+    return ""
+  return " (every seed's difference is the same, so the interval has no width)"
+
+
 def findings(summary: Mapping[str, Any]) -> list[str]:
-  """Plain statements the numbers support (paired CIs against baseline)."""
+  """Plain statements the numbers support (paired CIs against baseline).
+
+  Final success is one evaluation per run; each statement says whether the
+  late evaluations (second half of RL) agree with it."""
+  verdicts = {
+    None: "too few paired seeds for an interval",
+    "above": "above the baseline (95% CI excludes 0)",
+    "below": "below the baseline (95% CI excludes 0)",
+    "covers": "not distinguishable from the baseline (95% CI covers 0)",
+  }
   out = []
   base = summary["baseline"]
   for env, stats in summary["envs"].items():
@@ -890,24 +937,24 @@ def findings(summary: Mapping[str, Any]) -> list[str]:
       if not vs:
         continue
       d = vs["final_success"]
-      if d["lo"] is None:
-        verdict = "too few paired seeds for an interval"
-      elif d["lo"] > 0:
-        verdict = "above the baseline (95% CI excludes 0)"
-      elif d["hi"] < 0:
-        verdict = "below the baseline (95% CI excludes 0)"
-      else:
-        verdict = "not distinguishable from the baseline (95% CI covers 0)"
+      final = _side(d)
+      late = vs.get("late_success")
       pairs = row.get("machine_pairs") or {}
       caveat = (
         f" ({pairs['different']} of {d['n']} pairs ran on different machines)"
         if pairs.get("different")
         else ""
       )
+      late_text = (
+        f"; late success (second half of RL) {_ci(late)}"
+        f"{_late_clause(final, _side(late))}{_no_width(late)}"
+        if late
+        else ""
+      )
       out.append(
         f"{env}: {est} − {base} final success = {_ci(d)} over "
-        f"{d['n']} paired seeds: {verdict}; late success (second half of "
-        f"RL) {_ci(vs['late_success'])}{caveat}."
+        f"{d['n']} paired seeds: {verdicts[final]}{_no_width(d)}{late_text}"
+        f"{caveat}."
       )
   return out
 
@@ -921,17 +968,27 @@ def _literature_note(summary: Mapping[str, Any]) -> str:
       " not a GRPO arm, so it does not test that claim."
     )
   gigpo = [
-    (env, est, row["vs_baseline"]["final_success"])
+    (env, est, row["vs_baseline"])
     for env, stats in summary["envs"].items()
     for est, row in stats.items()
     if est.startswith("gigpo") and row.get("vs_baseline")
   ]
-  above = [g for g in gigpo if g[2]["lo"] is not None and g[2]["lo"] > 0]
+  above = [g for g in gigpo if _side(g[2]["final_success"]) == "above"]
   if not gigpo:
     return LITERATURE + " This sweep has no GiGPO run to compare."
   if above:
-    where = ", ".join(f"{env} ({est})" for env, est, _ in above)
-    agree = f" Here GiGPO is above GRPO on {where}, in agreement"
+    where = ", ".join(
+      f"{env} ({est}"
+      + (
+        "; late success does not confirm it)"
+        if _side(vs.get("late_success")) == "covers"
+        else ")"
+      )
+      for env, est, vs in above
+    )
+    agree = (
+      f" Here GiGPO's final success is above GRPO's on {where}, in agreement"
+    )
     unresolved = sorted({g[0] for g in gigpo} - {g[0] for g in above})
     if unresolved:
       agree += (

@@ -264,6 +264,8 @@ def test_summary_statistics_by_hand(sweep_root):
   assert s["seconds_per_run"]["mean"] == pytest.approx(10.0)
   (finding,) = report.findings(s)
   assert "gigpo − grpo" in finding and "95% CI covers 0" in finding
+  # Late 0.15 +- 0.25 covers 0 as final does.
+  assert "late success (second half of RL) 0.150 [-0.098, 0.398] too" in finding
   assert "1 of 3 pairs ran on different machines" in finding
 
 
@@ -371,6 +373,81 @@ def test_unfinished_runs_are_listed_or_counted_per_env():
   )
 
 
+def _paired(lo, hi, n=3):
+  return {"mean": (lo + hi) / 2, "lo": lo, "hi": hi, "n": n}
+
+
+def test_findings_flag_an_interval_without_width():
+  same = {"mean": 0.004, "lo": 0.004, "hi": 0.004, "n": 3}
+  row = {
+    "vs_baseline": {
+      "final_success": _paired(-0.02, 0.03),
+      "late_success": same,
+    }
+  }
+  summary = {"baseline": "grpo", "envs": {"qa": {"grpo": {}, "rloo": row}}}
+  (line,) = report.findings(summary)
+  assert line.endswith(
+    "though final is not (every seed's difference is the same, so the "
+    "interval has no width)."
+  )
+  row["vs_baseline"]["late_success"] = _paired(-0.01, 0.01)
+  (line,) = report.findings(summary)
+  assert "no width" not in line
+
+
+@pytest.mark.parametrize(
+  "final, late, says",
+  [
+    (
+      (0.01, 0.2),
+      (0.02, 0.1),
+      "above the baseline (95% CI excludes 0); late"
+      " success (second half of RL) 0.060 [0.020, 0.100], also above the"
+      " baseline.",
+    ),
+    (
+      (-0.2, -0.01),
+      (-0.1, 0.02),
+      "below the baseline (95% CI excludes 0);"
+      " late success (second half of RL) -0.040 [-0.100, 0.020]: it covers 0,"
+      " so the final difference is not confirmed by the late evaluations.",
+    ),
+    (
+      (-0.1, 0.2),
+      (0.01, 0.05),
+      "(95% CI covers 0); late success (second half"
+      " of RL) 0.030 [0.010, 0.050]: above the baseline (95% CI excludes 0),"
+      " though final is not.",
+    ),
+    (
+      (0.01, 0.2),
+      (-0.2, -0.01),
+      "late success (second half of RL) -0.105"
+      " [-0.200, -0.010]: below the baseline, the opposite of final.",
+    ),
+    (
+      (None, None),
+      (0.01, 0.2),
+      "too few paired seeds for an interval; late success (second half of RL)",
+    ),
+  ],
+)
+def test_findings_say_whether_late_success_confirms_final(final, late, says):
+  row = {
+    "vs_baseline": {
+      "final_success": _paired(*final)
+      if final[0] is not None
+      else {"mean": 0.1, "lo": None, "hi": None, "n": 1},
+      "late_success": _paired(*late),
+    }
+  }
+  summary = {"baseline": "grpo", "envs": {"box": {"grpo": {}, "ppo": row}}}
+  (line,) = report.findings(summary)
+  assert line.startswith("box: ppo − grpo final success = ")
+  assert says in line, line
+
+
 def test_literature_note_names_agreeing_and_unresolved_envs():
   def row(lo, hi):
     return {"vs_baseline": {"final_success": {"lo": lo, "hi": hi, "n": 3}}}
@@ -386,8 +463,17 @@ def test_literature_note_names_agreeing_and_unresolved_envs():
   }
   note = report._literature_note(summary)
   assert note.endswith(
-    "Here GiGPO is above GRPO on box (gigpo), in agreement; on lake, qa no "
-    "GiGPO variant is distinguishably above GRPO."
+    "Here GiGPO's final success is above GRPO's on box (gigpo), in "
+    "agreement; on lake, qa no GiGPO variant is distinguishably above GRPO."
+  )
+  # Above on final, but the late evaluations' interval covers 0.
+  summary["envs"]["box"]["gigpo"]["vs_baseline"]["late_success"] = {
+    "lo": -0.02,
+    "hi": 0.1,
+    "n": 3,
+  }
+  assert "on box (gigpo; late success does not confirm it), in agreement" in (
+    report._literature_note(summary)
   )
   summary["envs"]["box"]["gigpo"] = row(-0.05, 0.2)
   assert "no GiGPO variant is distinguishably above GRPO on any" in (
