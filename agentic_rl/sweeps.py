@@ -38,6 +38,12 @@ from its command alone. A run is finished when its workdir holds
 its checkpoints. Local runs (`run_sweep`) share a persistent XLA
 compilation cache, `<root>/jax_cache`, so only the first run of a shape
 pays for its compiles.
+
+A follow-up sweep whose SFT stages have an earlier root's recipe can start
+from that root's stages instead of training them again (`adopt_stages`,
+`scripts/sweep.py --stages_from=<root>`): each stage is checked against the
+fields `config.init_from` checks, then copied with its checkpoint, so the
+two sweeps' runs of a seed start from the same policy.
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ import json
 import os
 import pathlib
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -57,11 +64,15 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import ml_collections
+from absl import flags
+from ml_collections import config_flags
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 MANIFEST = "sweep.json"
 SUMMARY = "summary.json"
 TIMING = "sweep_timing.json"
+# Written into a stage copied from another root: where it came from.
+ADOPTED = "adopted_from.json"
 # Read by agentic_rl.main: call jax.distributed.initialize() before training.
 DISTRIBUTED_ENV = "AGENTIC_RL_DISTRIBUTED"
 # Local runs share a persistent XLA compilation cache under the root.
@@ -359,6 +370,90 @@ def unfinished(
     for r in left
     if r.kind != "sft" or r.name in waited_on or r.name not in started_from
   ]
+
+
+def _config_file(path: str) -> str:
+  """A run's config file as this process can open it (the runs themselves
+  start in the repository root)."""
+  return path if pathlib.Path(path).is_file() else str(REPO_ROOT / path)
+
+
+def run_config(run: RunSpec) -> dict[str, Any]:
+  """The config `run`'s command builds, as the JSON its config.json holds
+  (without `init_from`). The overrides go through ml_collections' own flag
+  parsing, exactly as in `agentic_rl.main`."""
+  argv = ["run", f"--config={_config_file(run.config_file)}:{run.config_arg}"]
+  argv += [f"--config.{k}={v}" for k, v in run.overrides]
+  values = flags.FlagValues()
+  config_flags.DEFINE_config_file(
+    "config", None, flag_values=values, lock_config=True, sys_argv=argv
+  )
+  values(argv)
+  return json.loads(values.config.to_json_best_effort())
+
+
+def adopt_stages(
+  runs: Sequence[RunSpec],
+  root: str | os.PathLike,
+  source: str | os.PathLike,
+) -> list[tuple[str, str]]:
+  """Copies the finished shared SFT stages of `runs` from another root.
+
+  A stage of `runs` that `root` lacks and `source` holds finished (summary
+  and checkpoint) is compared with that finished stage on every field
+  `config.init_from` checks (seed, model, environment, tasks, sampler,
+  rollout, SFT, ...; not the estimator, the RL length or the evaluation
+  grid, which SFT does not use). Any difference raises SweepSpecError
+  naming the field; otherwise the stage is copied whole, through a
+  temporary name so an interrupted copy never looks finished, and
+  `adopted_from.json` records the source. The copy keeps the source's
+  config.json, logs and machine records: they say how the policy was made.
+
+  Returns (stage name, outcome) for each stage of `runs`: "adopted",
+  "finished here", "begun here" (a directory of its own is never
+  replaced) or "not finished in source" (it will train here).
+  """
+  from agentic_rl.train import loop  # imports jax: only when asked
+
+  out = []
+  for run in runs:
+    if run.kind != "sft":
+      continue
+    mine, theirs = workdir(root, run), workdir(source, run)
+    if is_finished(root, run):
+      out.append((run.name, "finished here"))
+      continue
+    if mine.exists():
+      out.append((run.name, "begun here"))
+      continue
+    if not is_finished(source, run):
+      out.append((run.name, "not finished in source"))
+      continue
+    made = json.loads((theirs / "config.json").read_text())
+    wanted = run_config(run)
+    for field in loop.WARM_START_FIELDS:
+      if loop.config_field(made, field) != loop.config_field(wanted, field):
+        raise SweepSpecError(
+          f"{theirs} cannot stand in for {run.name}: config.{field} differs "
+          f"({loop.config_field(made, field)!r} there, "
+          f"{loop.config_field(wanted, field)!r} here)"
+        )
+    partial = mine.with_name(f".{mine.name}.adopting")
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.copytree(theirs, partial, symlinks=True)
+    (partial / ADOPTED).write_text(
+      json.dumps(
+        {
+          "source": str(pathlib.Path(theirs).resolve()),
+          "checked_fields": list(loop.WARM_START_FIELDS),
+          "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        },
+        indent=2,
+      )
+    )
+    os.replace(partial, mine)
+    out.append((run.name, "adopted"))
+  return out
 
 
 def command(

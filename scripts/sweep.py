@@ -3,13 +3,16 @@
   python scripts/sweep.py \
       --config=configs/ablations/credit_assignment.py:smoke \
       --root=runs/ca_smoke [--workers=2] [--print_commands] [--mesh=2,2,2] \
-      [--distributed] [--only='sokoban/*,*/seed0']
+      [--distributed] [--only='sokoban/*,*/seed0'] [--stages_from=<root>]
 
 Runs whose workdir holds summary.json are skipped; interrupted ones resume
 from their checkpoints. `--print_commands` prints one launch line per
 unfinished run (for a cluster scheduler or a TPU pod) instead of running.
 `--distributed` sets AGENTIC_RL_DISTRIBUTED=1 on each run so that
 `agentic_rl.main` calls `jax.distributed.initialize()` (multi-host).
+`--stages_from=<root>` copies the finished SFT stages this sweep needs
+from another root of the same recipe (checked field by field, see
+`sweeps.adopt_stages`) instead of training them again.
 `--only` runs the subset whose names match any of the glob patterns (and
 the shared SFT stages they start from); the manifest still lists every run,
 so the report marks the rest unfinished. The manifest `<root>/sweep.json`
@@ -51,6 +54,12 @@ _CACHE = flags.DEFINE_string(
   "<root>/jax_cache; '' turns it off; JAX_COMPILATION_CACHE_DIR in the "
   "environment wins).",
 )
+_STAGES_FROM = flags.DEFINE_string(
+  "stages_from",
+  None,
+  "Another sweep root whose finished SFT stages this sweep's stages may "
+  "copy (checked on the fields init_from checks) instead of training.",
+)
 _ONLY = flags.DEFINE_list(
   "only", None, "Glob patterns over run names, e.g. 'sokoban/*,*/seed0'."
 )
@@ -63,6 +72,11 @@ def main(argv: list[str]) -> int:
   mesh = sweeps.parse_mesh(_MESH.value) if _MESH.value else None
   runs = sweeps.expand(config.get("sweep"), mesh=mesh)
   chosen = sweeps.select(runs, _ONLY.value) if _ONLY.value else runs
+  if _STAGES_FROM.value:
+    for name, outcome in sweeps.adopt_stages(
+      chosen, _ROOT.value, _STAGES_FROM.value
+    ):
+      print(f"{outcome:>22}  {name}", flush=True)
   todo = sweeps.unfinished(chosen, _ROOT.value)
   if _PRINT.value:
     for run in todo:

@@ -170,7 +170,7 @@ def test_shaping_sweep_pairs_with_the_credit_assignment_search_qa_arm():
   )
   # An SFT stage's identity leaves the reward config out, so the
   # credit-assignment stages can be linked in and warm-started from.
-  assert not any(f.startswith("rewards") for f in loop._WARM_START_FIELDS)
+  assert not any(f.startswith("rewards") for f in loop.WARM_START_FIELDS)
   qa = sweeps.load_config("configs/search_qa.py:grpo")
   assert rewards.from_config(qa.rewards).verifier_weights["progress"] == 1.0
   qa.rewards.verifier.weights.progress = 0.0  # what the sweep's flag sets
@@ -793,3 +793,76 @@ def test_mixed_curriculum_sweep_spreads_every_runs_demos():
   }  # fmt: skip
   flat = dict(smoke["sokoban/sft/seed0"].overrides)
   assert flat["sft.demo_difficulties"] == flat["tasks.difficulties"] == "(0,1)"
+
+
+def test_run_config_is_what_the_command_builds():
+  (stage, *_) = sweeps.expand(_tiny_sweep(shared_sft=True, seeds=(3,)))
+  assert stage.kind == "sft"
+  got = sweeps.run_config(stage)
+  assert got["seed"] == 3 and got["rl"]["steps"] == 0
+  # Everything the overrides do not touch is the config file's own.
+  base = sweeps.load_config(f"{stage.config_file}:{stage.config_arg}")
+  assert got["sft"] == json.loads(base.sft.to_json_best_effort())
+  assert got["model"]["preset"] == base.model.preset
+
+
+def _finished_stage(root, run, config):
+  """A stage's workdir as the loop leaves it: config, checkpoint, summary."""
+  wd = sweeps.workdir(root, run)
+  (wd / "checkpoints" / "150").mkdir(parents=True)
+  (wd / "checkpoints" / "150" / "state").write_text("weights")
+  (wd / "config.json").write_text(json.dumps(config))
+  (wd / sweeps.SUMMARY).write_text("{}")
+  return wd
+
+
+def test_adopt_stages_copies_finished_stages_of_the_same_recipe(tmp_path):
+  runs = sweeps.expand(_tiny_sweep(shared_sft=True, seeds=(0, 1, 2)))
+  s0, s1, s2 = [r for r in runs if r.kind == "sft"]
+  source, root = tmp_path / "source", tmp_path / "root"
+  # Seed 0's stage ran with another estimator, RL length and evaluation
+  # grid: none of them shapes SFT, so it may stand in.
+  made = sweeps.run_config(s0)
+  made.update(eval_every=10, rl={**made["rl"], "steps": 50})
+  made["estimator"] = {"name": "gigpo"}
+  _finished_stage(source, s0, made)
+  _finished_stage(source, s1, sweeps.run_config(s1))
+  (sweeps.workdir(root, s1) / "checkpoints").mkdir(parents=True)  # begun
+  # Seed 2 has no finished stage in the source: it trains here.
+  outcomes = dict(sweeps.adopt_stages(runs, root, source))
+  assert outcomes == {
+    s0.name: "adopted",
+    s1.name: "begun here",
+    s2.name: "not finished in source",
+  }
+  copied = sweeps.workdir(root, s0)
+  assert (copied / "checkpoints" / "150" / "state").read_text() == "weights"
+  assert json.loads((copied / "config.json").read_text())["eval_every"] == 10
+  record = json.loads((copied / sweeps.ADOPTED).read_text())
+  assert record["source"] == str(sweeps.workdir(source, s0).resolve())
+  assert not list(root.glob("sokoban/sft/.*"))  # no partial copy left
+  left = {r.name for r in sweeps.unfinished(runs, root)}
+  assert s0.name not in left and {s1.name, s2.name} <= left
+  # A second call finds it finished and copies nothing.
+  assert dict(sweeps.adopt_stages(runs, root, source))[s0.name] == (
+    "finished here"
+  )
+
+
+@pytest.mark.parametrize(
+  "field, change",
+  [
+    ("sft", lambda c: c["sft"].update(steps=c["sft"]["steps"] + 1)),
+    ("seed", lambda c: c.update(seed=7)),
+    ("model", lambda c: c["model"].update(preset="qwen3-0.6b")),
+  ],
+)
+def test_adopt_stages_refuses_another_recipe(tmp_path, field, change):
+  runs = sweeps.expand(_tiny_sweep(shared_sft=True, seeds=(0,)))
+  (stage,) = [r for r in runs if r.kind == "sft"]
+  made = sweeps.run_config(stage)
+  change(made)
+  _finished_stage(tmp_path / "source", stage, made)
+  with pytest.raises(sweeps.SweepSpecError, match=rf"config\.{field} differs"):
+    sweeps.adopt_stages(runs, tmp_path / "root", tmp_path / "source")
+  assert not (tmp_path / "root").exists()

@@ -473,7 +473,7 @@ class WarmStartError(ValueError):
 # an ablation). The handed-over RL optimizer state is fresh Adam moments,
 # whatever the learning rate; its structure (gradient clipping or not)
 # follows `sft.optimizer`, which must agree (see `setup`).
-_WARM_START_FIELDS = (
+WARM_START_FIELDS = (
   "seed", "model", "env", "tasks", "sampler", "rollout", "length_buckets",
   "sft", "distill", "offline",
 )  # fmt: skip
@@ -491,7 +491,9 @@ def _restore_latest(src: pathlib.Path, abstract, layout, missing: Exception):
     ckpt.close()
 
 
-def _field(config_dict: dict[str, Any], dotted: str) -> Any:
+def config_field(config_dict: dict[str, Any], dotted: str) -> Any:
+  """A dotted field of a config as JSON (None if absent), as a warm start
+  compares it: a section that is switched off reads as absent."""
   for part in dotted.split("."):
     config_dict = config_dict.get(part) if config_dict else None
   if dotted == "distill" and not (config_dict or {}).get("teacher"):
@@ -544,11 +546,11 @@ def warm_start(config, source: str, state: TrainState, layout):
     raise WarmStartError(f"init_from={source!r}: no run there (no config.json)")
   theirs = json.loads((src / "config.json").read_text())
   ours = json.loads(config.to_json_best_effort())
-  for field in _WARM_START_FIELDS:
-    if _field(theirs, field) != _field(ours, field):
+  for field in WARM_START_FIELDS:
+    if config_field(theirs, field) != config_field(ours, field):
       raise WarmStartError(
         f"init_from={source!r}: config.{field} differs from this run's "
-        f"({_field(theirs, field)!r} vs {_field(ours, field)!r})"
+        f"({config_field(theirs, field)!r} vs {config_field(ours, field)!r})"
       )
   state, host = _restore_latest(
     src,
