@@ -410,8 +410,9 @@ def adopt_stages(
   config.json, logs and machine records: they say how the policy was made.
 
   Returns (stage name, outcome) for each stage of `runs`: "adopted",
-  "finished here", "begun here" (a directory of its own is never
-  replaced) or "not finished in source" (it will train here).
+  "finished here", "finished here, no checkpoint" or "begun here" (a
+  directory of its own is never replaced: it is that root's record), or
+  "not finished in source" (it will train here).
   """
   from agentic_rl.train import loop  # imports jax: only when asked
 
@@ -423,8 +424,13 @@ def adopt_stages(
     if is_finished(root, run):
       out.append((run.name, "finished here"))
       continue
-    if mine.exists():
-      out.append((run.name, "begun here"))
+    if mine.exists():  # a committed stage without its checkpoint, or begun
+      kept = (
+        "finished here, no checkpoint"
+        if (mine / SUMMARY).is_file()
+        else "begun here"
+      )
+      out.append((run.name, kept))
       continue
     if not is_finished(source, run):
       out.append((run.name, "not finished in source"))

@@ -76,7 +76,7 @@ def main(argv: list[str]) -> int:
     for name, outcome in sweeps.adopt_stages(
       chosen, _ROOT.value, _STAGES_FROM.value
     ):
-      print(f"{outcome:>22}  {name}", flush=True)
+      print(f"{outcome:>28}  {name}", flush=True)
   todo = sweeps.unfinished(chosen, _ROOT.value)
   if _PRINT.value:
     for run in todo:

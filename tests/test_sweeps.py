@@ -835,6 +835,12 @@ def test_adopt_stages_copies_finished_stages_of_the_same_recipe(tmp_path):
     s1.name: "begun here",
     s2.name: "not finished in source",
   }
+  # A stage committed without its checkpoint stays this root's record.
+  (sweeps.workdir(root, s1) / sweeps.SUMMARY).write_text("{}")
+  assert dict(sweeps.adopt_stages(runs, root, source))[s1.name] == (
+    "finished here, no checkpoint"
+  )
+  assert not (sweeps.workdir(root, s1) / sweeps.ADOPTED).exists()
   copied = sweeps.workdir(root, s0)
   assert (copied / "checkpoints" / "150" / "state").read_text() == "weights"
   assert json.loads((copied / "config.json").read_text())["eval_every"] == 10
