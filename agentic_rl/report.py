@@ -1246,12 +1246,10 @@ def compare_conditions(
     pairs = {"same": 0, "different": 0, "unknown": 0}
     for seed in shared:
       ka, kb = (
-        run_machines(_read_json(d[seed] / "summary.json").get("machines", []))[
-          0
-        ]
+        run_machines(_read_json(d[seed] / "summary.json").get("machines", []))
         for d in (a, b)
       )
-      pairs[machine_pair(ka, kb)] += 1
+      pairs[machine_pair(ka[0], kb[0])] += 1
     for metric in metrics:
       va = {s: final_eval(a[s], metric) for s in shared}
       vb = {s: final_eval(b[s], metric) for s in shared}

@@ -108,14 +108,20 @@ class RunSpec:
     return d
 
 
+def _config_file(path: str) -> pathlib.Path:
+  """A config file path as this process can open it: as given (from the
+  working directory), else under the repository root, where runs start."""
+  file = pathlib.Path(path)
+  if file.is_absolute():
+    return file
+  here = (pathlib.Path.cwd() / file).resolve()
+  return here if here.exists() else REPO_ROOT / path
+
+
 def load_config(spec: str) -> ml_collections.ConfigDict:
   """`path/to/file.py[:arg]` -> that file's `get_config(arg)`."""
   path, _, arg = spec.partition(":")
-  file = pathlib.Path(path)
-  if not file.is_absolute():
-    file = (pathlib.Path.cwd() / file).resolve()
-    if not file.exists():
-      file = REPO_ROOT / path
+  file = _config_file(path)
   if file.suffix != ".py" or not file.is_file():
     raise SweepSpecError(f"config file {path!r} not found (from {spec!r})")
   # Config files import their siblings as `configs.<name>`.
@@ -372,12 +378,6 @@ def unfinished(
   ]
 
 
-def _config_file(path: str) -> str:
-  """A run's config file as this process can open it (the runs themselves
-  start in the repository root)."""
-  return path if pathlib.Path(path).is_file() else str(REPO_ROOT / path)
-
-
 def run_config(run: RunSpec) -> dict[str, Any]:
   """The config `run`'s command builds, as the JSON its config.json holds
   (without `init_from`). The overrides go through ml_collections' own flag
@@ -436,14 +436,12 @@ def adopt_stages(
       out.append((run.name, "not finished in source"))
       continue
     made = json.loads((theirs / "config.json").read_text())
-    wanted = run_config(run)
-    for field in loop.WARM_START_FIELDS:
-      if loop.config_field(made, field) != loop.config_field(wanted, field):
-        raise SweepSpecError(
-          f"{theirs} cannot stand in for {run.name}: config.{field} differs "
-          f"({loop.config_field(made, field)!r} there, "
-          f"{loop.config_field(wanted, field)!r} here)"
-        )
+    if (bad := loop.warm_start_mismatch(made, run_config(run))) is not None:
+      field, there, here = bad
+      raise SweepSpecError(
+        f"{theirs} cannot stand in for {run.name}: config.{field} differs "
+        f"({there!r} there, {here!r} here)"
+      )
     partial = mine.with_name(f".{mine.name}.adopting")
     shutil.rmtree(partial, ignore_errors=True)
     shutil.copytree(theirs, partial, symlinks=True)

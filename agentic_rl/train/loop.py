@@ -479,6 +479,19 @@ WARM_START_FIELDS = (
 )  # fmt: skip
 
 
+def warm_start_mismatch(
+  theirs: dict[str, Any], ours: dict[str, Any]
+) -> tuple[str, Any, Any] | None:
+  """(field, their value, our value) of the first `WARM_START_FIELDS` field
+  on which two configs (as JSON) differ, or None: may a run of `ours`
+  start from a stage of `theirs`?"""
+  for field in WARM_START_FIELDS:
+    a, b = config_field(theirs, field), config_field(ours, field)
+    if a != b:
+      return field, a, b
+  return None
+
+
 def _restore_latest(src: pathlib.Path, abstract, layout, missing: Exception):
   """(state, host) of the newest checkpoint of the run in `src`; raises
   `missing` if it has none."""
@@ -546,12 +559,12 @@ def warm_start(config, source: str, state: TrainState, layout):
     raise WarmStartError(f"init_from={source!r}: no run there (no config.json)")
   theirs = json.loads((src / "config.json").read_text())
   ours = json.loads(config.to_json_best_effort())
-  for field in WARM_START_FIELDS:
-    if config_field(theirs, field) != config_field(ours, field):
-      raise WarmStartError(
-        f"init_from={source!r}: config.{field} differs from this run's "
-        f"({config_field(theirs, field)!r} vs {config_field(ours, field)!r})"
-      )
+  if (bad := warm_start_mismatch(theirs, ours)) is not None:
+    field, a, b = bad
+    raise WarmStartError(
+      f"init_from={source!r}: config.{field} differs from this run's "
+      f"({a!r} vs {b!r})"
+    )
   state, host = _restore_latest(
     src,
     state,
