@@ -19,12 +19,20 @@ Tools (JSON `tool_call` protocol), all acting inside a per-episode `Sandbox`:
   rewritten from the task first, so edits to them can never count).
 
 Rewards: the verifier is a fresh canonical test run on ``<answer>..``
-(conventionally ``<answer>done</answer>``): ``success`` is 1 iff every test
-passes, and the episode ends. With ``finish_on_pass=True`` a ``run_tests``
-call that passes everything also ends the episode with ``success`` 1. The
+(conventionally ``<answer>done</answer>``) together with the task's held-out
+checks: calls of the project's functions on arguments the tests do not use,
+whose results are compared on the host (``payload["hidden"]``, drawn so that
+the bug fails at least one). ``success`` is 1 iff every test and every check
+passes, and the episode ends; the observation gives the checks' counts, never
+their calls. So a project that special-cases the visible tests (or reads
+their expected values) earns nothing. ``hidden_checks=False`` scores the
+visible tests alone. With ``finish_on_pass=True`` a ``run_tests`` call that
+passes every test also ends the episode, with the same verdict. The
 process signal ``progress`` is the rise of the best pass count so far, as a
 fraction of all tests, on the ``run_tests`` call that achieved it (so an
 episode's progress sums to at most the fraction of initially failing tests).
+It counts the visible tests only, so special-casing them still earns it;
+weigh it accordingly.
 
 `state_key` hashes the module files' contents: two trajectories that reached
 the same code share a key, however they got there.
@@ -32,6 +40,7 @@ the same code share a key, however they got there.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import hashlib
 import random
@@ -65,10 +74,28 @@ class _Function:
   source: str
   cases: tuple[tuple[Any, ...], ...]  # argument tuples
   bugs: tuple[_Bug, ...]
+  # One argument tuple for the held-out checks, drawn from its own stream.
+  draw: Callable[[random.Random], tuple[Any, ...]]
 
 
 def _pick_name(rng: random.Random, names: tuple[str, ...]) -> str:
   return rng.choice(names)
+
+
+def _draw_word(
+  r: random.Random, shortest: int = 1, longest: int = 9
+) -> tuple[str]:
+  """A random mixed-case word, vowels and consonants alike."""
+  return (
+    "".join(
+      r.choice("aeiouAEIOUbcdkmrstyBCDKMRSTY")
+      for _ in range(r.randint(shortest, longest))
+    ),
+  )
+
+
+def _draw_list(r: random.Random) -> tuple[list[int]]:
+  return ([r.randint(-12, 12) for _ in range(r.randint(0, 9))],)
 
 
 def _clamp(rng: random.Random) -> _Function:
@@ -84,13 +111,24 @@ def _clamp(rng: random.Random) -> _Function:
     "        return hi\n"
     "    return x\n"
   )
-  cases = ((lo - 3, lo, hi), (hi + 4, lo, hi), (lo + 1, lo, hi), (hi, lo, hi))
+  cases = (
+    (lo - 3, lo, hi),
+    (hi + 4, lo, hi),
+    (lo + 1, lo, hi),
+    (hi + 1, lo, hi),
+  )
   bugs = (
     _Bug("wrong_operator", "if x > hi:", "if x < hi:", False),
     _Bug("swapped_return", "        return lo\n", "        return hi\n", False),
-    _Bug("off_by_one", "if x > hi:", "if x > hi - 1:", True),
+    _Bug("off_by_one", "if x > hi:", "if x > hi + 1:", True),
   )
-  return _Function(n, "math", src, cases, bugs)
+
+  def draw(r: random.Random) -> tuple[Any, ...]:
+    a = r.randint(-20, 20)
+    b = a + r.randint(0, 10)
+    return (r.choice((a, b, r.randint(a - 5, b + 5))), a, b)
+
+  return _Function(n, "math", src, cases, bugs, draw)
 
 
 def _power_sum(rng: random.Random) -> _Function:
@@ -110,7 +148,7 @@ def _power_sum(rng: random.Random) -> _Function:
     _Bug("wrong_operator", "total += i", "total -= i", False),
     _Bug("wrong_constant", "total = 0", "total = 1", True),
   )
-  return _Function(n, "math", src, cases, bugs)
+  return _Function(n, "math", src, cases, bugs, lambda r: (r.randint(0, 20),))
 
 
 def _affine(rng: random.Random) -> _Function:
@@ -124,10 +162,10 @@ def _affine(rng: random.Random) -> _Function:
   )
   cases = tuple((x,) for x in rng.sample(range(-20, 20), 3))
   bugs = (
-    _Bug("wrong_operator", f"* x + {b}", f"* x - {b}", False),
+    _Bug("wrong_operator", f"x + {b}\n", f"x - {b}\n", False),
     _Bug("wrong_constant", f"return {a} * x", f"return {a + 1} * x", True),
   )
-  return _Function(n, "math", src, cases, bugs)
+  return _Function(n, "math", src, cases, bugs, lambda r: (r.randint(-60, 60),))
 
 
 def _floor_div(rng: random.Random) -> _Function:
@@ -146,7 +184,11 @@ def _floor_div(rng: random.Random) -> _Function:
     _Bug("wrong_operator", "return a // b", "return a % b", False),
     _Bug("wrong_constant", "        return 0\n", "        return 1\n", True),
   )
-  return _Function(n, "math", src, cases, bugs)
+
+  def draw(r: random.Random) -> tuple[Any, ...]:
+    return (r.randint(-30, 80), r.choice((0, r.randint(1, 9), r.randint(1, 9))))
+
+  return _Function(n, "math", src, cases, bugs, draw)
 
 
 _WORDS = (
@@ -175,7 +217,7 @@ def _count_vowels(rng: random.Random) -> _Function:
     _Bug("wrong_constant", '"aeiou"', '"aeio"', True),
     _Bug("wrong_operator", "if c in", "if c not in", False),
   )
-  return _Function(n, "text", src, cases, bugs)
+  return _Function(n, "text", src, cases, bugs, _draw_word)
 
 
 _PHRASES = (
@@ -203,7 +245,15 @@ def _palindrome(rng: random.Random) -> _Function:
     _Bug("dropped_step", "[c.lower() for c", "[c for c", True),
     _Bug("wrong_operator", "letters == letters", "letters != letters", False),
   )
-  return _Function(n, "text", src, cases, bugs)
+
+  def draw(r: random.Random) -> tuple[Any, ...]:
+    half = _draw_word(r)[0]
+    if r.random() < 0.5:  # a mixed-case palindrome with spaces and marks
+      text = half + r.choice(("", "x", "Y")) + half[::-1].swapcase()
+      return (r.choice(("", " ", "!", ", ")).join(text) + r.choice("?. "),)
+    return (half,)
+
+  return _Function(n, "text", src, cases, bugs, draw)
 
 
 def _pad_left(rng: random.Random) -> _Function:
@@ -226,7 +276,12 @@ def _pad_left(rng: random.Random) -> _Function:
       False,
     ),
   )
-  return _Function(n, "text", src, cases, bugs)
+
+  def draw(r: random.Random) -> tuple[Any, ...]:
+    args = (_draw_word(r, 0, 6)[0], r.randint(0, 9))
+    return args + ((r.choice("-#_"),) if r.random() < 0.3 else ())
+
+  return _Function(n, "text", src, cases, bugs, draw)
 
 
 def _reverse_words(rng: random.Random) -> _Function:
@@ -242,7 +297,11 @@ def _reverse_words(rng: random.Random) -> _Function:
     _Bug("dropped_step", "reversed(s.split())", "s.split()", False),
     _Bug("wrong_constant", '" ".join', '"".join', True),
   )
-  return _Function(n, "text", src, cases, bugs)
+
+  def draw(r: random.Random) -> tuple[Any, ...]:
+    return (" ".join(_draw_word(r)[0] for _ in range(r.randint(1, 5))),)
+
+  return _Function(n, "text", src, cases, bugs, draw)
 
 
 def _running_max(rng: random.Random) -> _Function:
@@ -265,7 +324,7 @@ def _running_max(rng: random.Random) -> _Function:
     _Bug("wrong_operator", "x > best", "x < best", False),
     _Bug("wrong_variable", "out.append(best)", "out.append(x)", True),
   )
-  return _Function(n, "list", src, cases, bugs)
+  return _Function(n, "list", src, cases, bugs, _draw_list)
 
 
 def _chunk(rng: random.Random) -> _Function:
@@ -287,7 +346,11 @@ def _chunk(rng: random.Random) -> _Function:
       "off_by_one", "range(0, len(xs), size)", "range(1, len(xs), size)", True
     ),
   )
-  return _Function(n, "list", src, cases, bugs)
+
+  def draw(r: random.Random) -> tuple[Any, ...]:
+    return (list(range(r.randint(0, 11))), r.randint(1, 5))
+
+  return _Function(n, "list", src, cases, bugs, draw)
 
 
 def _dedupe(rng: random.Random) -> _Function:
@@ -310,7 +373,11 @@ def _dedupe(rng: random.Random) -> _Function:
     _Bug("wrong_operator", "if x not in seen", "if x in seen", False),
     _Bug("dropped_step", "seen.add(x)", "seen.discard(x)", True),
   )
-  return _Function(n, "list", src, cases, bugs)
+
+  def draw(r: random.Random) -> tuple[Any, ...]:
+    return ([r.randint(0, 5) for _ in range(r.randint(0, 10))],)
+
+  return _Function(n, "list", src, cases, bugs, draw)
 
 
 def _mean(rng: random.Random) -> _Function:
@@ -332,7 +399,7 @@ def _mean(rng: random.Random) -> _Function:
     _Bug("off_by_one", "/ len(xs)", "/ (len(xs) + 1)", True),
     _Bug("wrong_operator", "sum(xs) / len", "sum(xs) * len", False),
   )
-  return _Function(n, "list", src, cases, bugs)
+  return _Function(n, "list", src, cases, bugs, _draw_list)
 
 
 _TEMPLATES: tuple[Callable[[random.Random], _Function], ...] = (
@@ -418,6 +485,63 @@ def _test_source(module: str, functions: list[_Function]) -> tuple[str, list]:
   return "\n".join(lines) + "\n", ids
 
 
+# The host's copy of the same comparison, for the held-out checks.
+_SAME_NAMESPACE: dict[str, Any] = {}
+exec(_SAME, _SAME_NAMESPACE)
+_same: Callable[[Any, Any], bool] = _SAME_NAMESPACE["_same"]
+
+_HIDDEN_PER_FUNCTION = 6
+
+
+def _hidden_checks(
+  rng: random.Random,
+  modules: dict[str, list[_Function]],
+  target: _Function,
+  buggy: str,
+) -> list[dict[str, Any]]:
+  """The verifier's held-out checks: calls the policy never sees.
+
+  Per function, `_HIDDEN_PER_FUNCTION` argument tuples the visible tests do
+  not use, with the correct source's result; the buggy function gets more
+  until at least one check breaks under the bug, so the checks alone can
+  tell the bug from its fix. A project that special-cases the visible
+  tests' calls (or reads their expected values) passes the tests and fails
+  these.
+  """
+  checks = []
+  for module, funcs in sorted(modules.items()):
+    for f in funcs:
+      seen = {repr(args) for args in f.cases}
+      picked, caught = 0, f is not target
+      for _ in range(500):
+        if picked >= _HIDDEN_PER_FUNCTION and caught:
+          break
+        args = f.draw(rng)
+        ok, want = _evaluate(f.source, f.name, args)
+        if not ok or repr(args) in seen:
+          continue
+        breaks = False
+        if f is target:
+          ok, got = _evaluate(buggy, f.name, args)
+          breaks = not (ok and _same(got, want))
+        if picked >= _HIDDEN_PER_FUNCTION and not breaks:
+          continue
+        seen.add(repr(args))
+        picked += 1
+        caught = caught or breaks
+        checks.append(
+          {
+            "module": module,
+            "function": f.name,
+            "args": list(args),
+            "expected": want,
+          }
+        )
+      if not caught:  # every template's draws reach every bug
+        raise RuntimeError(f"no held-out check catches the bug in {f.name}")
+  return checks
+
+
 def _breaks_a_case(f: _Function, buggy: str) -> bool:
   for args in f.cases:
     want = _evaluate(f.source, f.name, args)
@@ -466,6 +590,14 @@ def generate_task(seed: int, difficulty: int = 0) -> Task:
     tests[f"test_{module}.py"], ids = _test_source(module, funcs)
     test_ids += ids
   initial_passed = _host_pass_count(functions, target, buggy)
+  # Their own stream, so adding them left every task's files and tests as
+  # they were.
+  hidden = _hidden_checks(
+    random.Random(f"code_repair:hidden:{seed}:{difficulty}"),
+    modules,
+    target,
+    buggy,
+  )
   return Task(
     id=f"code_repair-d{difficulty}-s{seed}",
     family="code_repair",
@@ -477,6 +609,7 @@ def generate_task(seed: int, difficulty: int = 0) -> Task:
       "tests": tests,
       "test_ids": test_ids,
       "initial_passed": initial_passed,
+      "hidden": hidden,
       "bug": {
         "path": bug_path,
         "function": target.name,
@@ -556,15 +689,25 @@ def expert_actions(task: Task) -> list[str]:
 # and builtins; str and bytes methods cannot be patched) and takes a private
 # copy of stdout for the report, pointing fd 1 at stderr so project output
 # cannot garble it. The test modules are compiled from the task's sources,
-# not imported, so a project cannot swap them in `sys.modules`. The report is
-# one line: a per-run nonce, then each test's message (empty = passed),
-# hex-encoded, in test-id order. Hostile code that walks the interpreter's
-# frames could still forge it; the sandbox guard is only defence in depth.
+# not imported, so a project cannot swap them in `sys.modules`.
+#
+# After the tests, the held-out checks (`probes`: module, function, args)
+# call the project's functions and report each result as its repr, only if
+# it is built of plain builtins (exact types, checked by identity); the host
+# compares it with the expected value, which never enters the sandbox.
+#
+# The report is one line: a per-run nonce, each test's message (empty =
+# passed), then `;` and each check's "=repr" or "!error", all hex-encoded.
+# Hostile code that walks the interpreter's frames could still forge the
+# test part; the held-out part it can only forge with the right results,
+# which is solving the task.
 _RUNNER = r"""
-def _run(ids, sources, nonce):
+def _run(ids, sources, probes, nonce):
     import os
-    write, run, build = os.write, exec, compile
-    kind, text, failed = type, str, BaseException
+    write, run, build, load, show = os.write, exec, compile, __import__, repr
+    kind, text, failed, count, attr = type, str, BaseException, len, getattr
+    plain_types = (bool, int, float, str, type(None))
+    sequences, mapping, items = (list, tuple), dict, dict.items
     out = os.dup(1)
     os.dup2(2, 1)
 
@@ -573,6 +716,25 @@ def _run(ids, sources, nonce):
             return "%s%s: %s" % (prefix, kind(error).__name__, error)
         except failed:
             return prefix + "(an exception that cannot be printed)"
+
+    def plain(value, depth):
+        t = kind(value)
+        for p in plain_types:
+            if t is p:
+                return True
+        if depth > 8:
+            return False
+        if t is sequences[0] or t is sequences[1]:
+            for item in value:
+                if not plain(item, depth + 1):
+                    return False
+            return True
+        if t is mapping:
+            for key, item in items(value):
+                if not (plain(key, depth + 1) and plain(item, depth + 1)):
+                    return False
+            return True
+        return False
 
     namespaces = {}
     hexes = []
@@ -596,7 +758,21 @@ def _run(ids, sources, nonce):
             except failed as e:
                 message = describe("", e)
         hexes.append(message[:300].encode("utf-8", "replace").hex())
-    report = ("\n" + nonce + ",".join(hexes) + "\n").encode()
+    checks = []
+    for module_name, function, args in probes:
+        try:
+            value = attr(load(module_name), function)(*args)
+            if not plain(value, 0):
+                message = "!not a plain builtin value"
+            else:
+                message = "=" + show(value)
+                if count(message) > 300:
+                    message = "!result too long"
+        except failed as e:
+            message = describe("!", e)
+        checks.append(message[:300].encode("utf-8", "replace").hex())
+    report = "\n" + nonce + ",".join(hexes) + ";" + ",".join(checks) + "\n"
+    report = report.encode()
     while report:
         report = report[write(out, report):]
 """
@@ -604,19 +780,28 @@ def _run(ids, sources, nonce):
 
 @dataclasses.dataclass(frozen=True)
 class TestReport:
-  """One run of the canonical tests."""
+  """One run of the canonical tests, and of the held-out checks if asked."""
 
   passed: int
   total: int
   failures: dict[str, str]  # test id -> message
   error: str = ""  # the run itself failed (timeout, forbidden, no result)
   failure: FailureCode | None = None
+  hidden_passed: int = 0
+  hidden_total: int = 0
+  hidden_failures: dict[str, str] = dataclasses.field(default_factory=dict)
 
   @property
   def all_passed(self) -> bool:
     return self.total > 0 and self.passed == self.total
 
-  def summary(self, max_failures: int = 5) -> str:
+  @property
+  def verified(self) -> bool:
+    """Every test and every held-out check run passed."""
+    return self.all_passed and self.hidden_passed == self.hidden_total
+
+  def summary(self, max_failures: int = 5, hidden: bool = False) -> str:
+    """The tests' result; with `hidden`, the held-out checks' counts too."""
     lines = [
       f"Ran {self.total} tests: {self.passed} passed, "
       f"{self.total - self.passed} failed."
@@ -627,55 +812,116 @@ class TestReport:
       lines.append(f"FAILED {test_id}: {message[:300]}")
     if len(self.failures) > max_failures:
       lines.append(f"... and {len(self.failures) - max_failures} more")
+    if hidden and self.hidden_total:  # counts only: the calls stay unseen
+      lines.append(
+        f"Held-out checks: {self.hidden_passed} of {self.hidden_total} passed."
+      )
     return "\n".join(lines)
 
 
+def _check_label(check: dict[str, Any]) -> str:
+  args = ", ".join(repr(a) for a in check["args"])
+  return f"{check['module']}.{check['function']}({args})"
+
+
+def _judge_check(check: dict[str, Any], message: str) -> str:
+  """'' if the sandbox's answer to a held-out check is right, else why not."""
+  if message.startswith("!"):
+    return message[1:] or "error"
+  if not message.startswith("=") or len(message) > 300:
+    return "malformed result"
+  try:
+    value = ast.literal_eval(message[1:])
+  except Exception:  # noqa: BLE001 - forged text may fail in any way
+    return "unreadable result"
+  if _same(value, check["expected"]):
+    return ""
+  return f"returned {message[1:]}, expected {check['expected']!r}"
+
+
+def _hex_messages(part: str) -> list[str] | None:
+  if not part:
+    return []
+  try:
+    return [
+      bytes.fromhex(h).decode("utf-8", "replace") for h in part.split(",")
+    ]
+  except ValueError:
+    return None
+
+
 def run_test_suite(
-  sandbox: Sandbox, task: Task, timeout_s: float
+  sandbox: Sandbox, task: Task, timeout_s: float, hidden: bool = False
 ) -> TestReport:
-  """Rewrites the canonical tests into the sandbox and runs them."""
+  """Rewrites the canonical tests into the sandbox and runs them.
+
+  With `hidden`, the same child process then runs the task's held-out
+  checks (`payload["hidden"]`; a task stored before they existed has none)
+  and the report counts them; `summary(hidden=True)` shows only their
+  counts, never the calls.
+  """
   ids = list(task.payload["test_ids"])
+  checks = list(task.payload.get("hidden", ())) if hidden else []
   every = {test_id: "not run" for test_id in ids}
+  unchecked = {_check_label(c): "not run" for c in checks}
+
+  def failed(error: str, failure: FailureCode | None = None) -> TestReport:
+    return TestReport(
+      0, len(ids), every, error, failure, 0, len(checks), unchecked
+    )
+
   try:
     for path, text in task.payload["tests"].items():
       sandbox.write_file(path, text)
   except ValueError as e:  # project code put a FIFO or symlink in the way
-    return TestReport(0, len(ids), every, str(e), FailureCode.FORBIDDEN)
+    return failed(str(e), FailureCode.FORBIDDEN)
   except OSError as e:
-    return TestReport(
-      0, len(ids), every, f"cannot write tests: {e}", FailureCode.TOOL_ERROR
-    )
+    return failed(f"cannot write tests: {e}", FailureCode.TOOL_ERROR)
   sources = {
     path.removesuffix(".py"): text
     for path, text in task.payload["tests"].items()
   }
+  probes = [(c["module"], c["function"], c["args"]) for c in checks]
   # A fresh nonce per run, so project code that prints cannot fake a result
   # line it has not seen.
   nonce = f"@@result-{uuid.uuid4().hex}@@"
-  code = _RUNNER + f"\n_run({ids!r}, {sources!r}, {nonce!r})\n"
+  code = _RUNNER + f"\n_run({ids!r}, {sources!r}, {probes!r}, {nonce!r})\n"
   res = sandbox.run(
-    code=code, timeout_s=timeout_s, memory_mb=256, max_output_bytes=1 << 16
+    code=code, timeout_s=timeout_s, memory_mb=256, max_output_bytes=1 << 17
   )
   if res.failure is not None:
-    return TestReport(0, len(ids), every, res.error, res.failure)
+    return failed(res.error, res.failure)
   lines = [line for line in res.stdout.splitlines() if line.startswith(nonce)]
-  messages = None
-  if len(lines) == 1:
-    hexes = lines[0][len(nonce) :].split(",")
-    try:
-      messages = [bytes.fromhex(h).decode("utf-8", "replace") for h in hexes]
-    except ValueError:
-      messages = None
-  if messages is None or len(messages) != len(ids):
+  messages = results = None
+  if len(lines) == 1 and lines[0].count(";") == 1:
+    tests_part, checks_part = lines[0][len(nonce) :].split(";")
+    messages = _hex_messages(tests_part)
+    results = _hex_messages(checks_part)
+  if (
+    messages is None
+    or results is None
+    or len(messages) != len(ids)
+    or len(results) != len(checks)
+  ):
     if len(lines) > 1:
       why = f"{len(lines)} result lines"
     else:
       why = (res.stderr.strip().splitlines()[-1:] or ["no output"])[0]
-    return TestReport(
-      0, len(ids), every, f"the test runner produced no result ({why})"
-    )
+    return failed(f"the test runner produced no result ({why})")
   failures = {k: m for k, m in zip(ids, messages, strict=True) if m}
-  return TestReport(len(ids) - len(failures), len(ids), failures)
+  verdicts = {
+    _check_label(c): _judge_check(c, m)
+    for c, m in zip(checks, results, strict=True)
+  }
+  hidden_failures = {k: why for k, why in verdicts.items() if why}
+  return TestReport(
+    len(ids) - len(failures),
+    len(ids),
+    failures,
+    hidden_passed=len(checks) - len(hidden_failures),
+    hidden_total=len(checks),
+    hidden_failures=hidden_failures,
+  )
 
 
 # ---------------------------------------------------------------------------
@@ -697,12 +943,14 @@ class CodeRepairEnv(ToolEnvironment):
     max_turns: int | None = None,
     test_timeout_s: float = 5.0,
     finish_on_pass: bool = False,
+    hidden_checks: bool = True,
     **kwargs: Any,
   ):
     kwargs.setdefault("tool_timeout_s", test_timeout_s + 5.0)
     super().__init__(max_turns=max_turns, protocol="tool_call", **kwargs)
     self.test_timeout_s = test_timeout_s
     self.finish_on_pass = finish_on_pass
+    self.hidden_checks = hidden_checks
     self.task: Task | None = None
     self.sandbox: Sandbox | None = None
     self.best_passed = 0
@@ -861,11 +1109,17 @@ class CodeRepairEnv(ToolEnvironment):
 
   def _run_tests(self) -> str:
     assert self.sandbox is not None and self.task is not None
-    report = run_test_suite(self.sandbox, self.task, self.test_timeout_s)
+    # With finish_on_pass a full pass is the verdict, so the held-out checks
+    # run beside the tests (one child process); their counts are shown only
+    # then, as the episode ends.
+    verdict = self.finish_on_pass and self.hidden_checks
+    report = run_test_suite(
+      self.sandbox, self.task, self.test_timeout_s, hidden=verdict
+    )
     self.last_report = report
     if report.failure is not None:
       raise ToolFailure(report.summary(), report.failure)
-    return report.summary()
+    return report.summary(hidden=self.finish_on_pass and report.all_passed)
 
   # -- rewards and state ----------------------------------------------------
 
@@ -881,7 +1135,7 @@ class CodeRepairEnv(ToolEnvironment):
       components["progress"] = (report.passed - self.best_passed) / report.total
       self.best_passed = report.passed
     if self.finish_on_pass and outcome.ok and report.all_passed:
-      components["success"] = 1.0
+      components["success"] = float(report.verified)
       self._finished = True
     return components
 
@@ -895,14 +1149,20 @@ class CodeRepairEnv(ToolEnvironment):
 
   def on_answer(self, text: str) -> AnswerResult:
     assert self.sandbox is not None and self.task is not None
-    report = run_test_suite(self.sandbox, self.task, self.test_timeout_s)
-    success = float(report.all_passed)
+    report = run_test_suite(
+      self.sandbox, self.task, self.test_timeout_s, hidden=self.hidden_checks
+    )
     return AnswerResult(
-      reward_components={"success": success},
+      reward_components={"success": float(report.verified)},
       done=True,
-      observation=report.summary(),
+      observation=report.summary(hidden=True),
       failure=report.failure,
-      info={"tests_passed": report.passed, "tests_total": report.total},
+      info={
+        "tests_passed": report.passed,
+        "tests_total": report.total,
+        "hidden_passed": report.hidden_passed,
+        "hidden_total": report.hidden_total,
+      },
     )
 
   def state_key(self) -> str:

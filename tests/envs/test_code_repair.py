@@ -1,7 +1,10 @@
 """code_repair: generation, the scripted expert, rewards, failure codes."""
 
+import ast
+import dataclasses
 import json
 import os
+import random
 import threading
 
 import pytest
@@ -273,6 +276,7 @@ def test_results_that_claim_equality_do_not_pass():
     r = env.step("<answer>done</answer>")
     assert r.reward_components == {"success": 0.0}, (name, r)
     assert r.info["tests_passed"] == 0, (name, r.info)
+    assert r.info["hidden_passed"] == 0 < r.info["hidden_total"], name
   # The real fix still passes.
   env.reset(task)
   for a in expert_actions(task)[:3]:
@@ -293,6 +297,208 @@ def test_results_that_claim_equality_do_not_pass():
     __eq__ = lambda self, other: True  # noqa: E731
 
   assert not same(Eq("x"), "y") and not same([Eq("x")], ["y"])
+
+
+def _fixed_files(task):
+  bug = task.payload["bug"]
+  files = dict(task.payload["files"])
+  files[bug["path"]] = files[bug["path"]].replace(
+    bug["buggy_line"], bug["fixed_line"]
+  )
+  return files
+
+
+def _call(files, check):
+  namespace = {}
+  exec(files[check["module"] + ".py"], namespace)
+  return namespace[check["function"]](*check["args"])
+
+
+def _visible_calls(task):
+  """(function name, args) of every visible test, read from the tests."""
+  calls = []
+  for text in task.payload["tests"].values():
+    for line in text.splitlines():
+      if line.startswith("    result = "):
+        call = ast.parse(line.strip().removeprefix("result = ")).body[0].value
+        args = tuple(ast.literal_eval(a) for a in call.args)
+        calls.append((call.func.id, args))
+  return calls
+
+
+def test_every_task_generates_with_held_out_checks_that_catch_its_bug():
+  # No "no usable bug": a template's bug once replaced a fragment of its
+  # docstring, which left 14 of the first 1000 difficulty-0 seeds (38 the
+  # first) with none.
+  for difficulty in range(5):
+    for seed in range(300 if difficulty == 0 else 60):
+      task = generate_task(seed, difficulty)
+      checks = task.payload["hidden"]
+      bug = task.payload["bug"]
+      fixed = _fixed_files(task)
+      visible = {(name, repr(args)) for name, args in _visible_calls(task)}
+      functions = {c["function"] for c in checks}
+      assert functions == {name for name, _ in visible}
+      assert len(checks) >= 6 * len(functions)
+      caught = 0
+      for check in checks:
+        call = (check["function"], repr(tuple(check["args"])))
+        assert call not in visible, call  # held out from the tests
+        assert code_repair._same(_call(fixed, check), check["expected"])
+        try:
+          got = _call(task.payload["files"], check)
+          caught += not code_repair._same(got, check["expected"])
+        except Exception:  # noqa: BLE001 - a buggy variant may crash
+          caught += 1
+      assert caught >= 1, (seed, difficulty, bug)
+  # The checks survive storage (a pool keeps tasks as JSON).
+  assert Task.from_dict(json.loads(json.dumps(task.to_dict()))) == task
+
+
+def test_every_template_bug_changes_code_and_can_break_a_test():
+  for make_function in code_repair._TEMPLATES:
+    reached = set()
+    for seed in range(40):
+      f = make_function(random.Random(seed))
+      for k, bug in enumerate(f.bugs):
+        buggy = f.source.replace(bug.old, bug.new, 1)
+        old, _ = code_repair._changed_line(f.source, buggy)
+        assert '"""' not in old, (f.name, bug)  # code, not the docstring
+        if code_repair._breaks_a_case(f, buggy):
+          reached.add(k)
+    assert len(reached) == len(f.bugs), make_function.__name__
+
+
+def _special_case_the_tests(task):
+  """The buggy module, plus a wrapper that returns the visible tests'
+  expected values for their own calls (read off the test files, as a policy
+  could with read_file) and the buggy result for any other."""
+  bug = task.payload["bug"]
+  fixed = _fixed_files(task)
+  table = {
+    repr(args): _call(
+      fixed, {"module": bug["path"][:-3], "function": name, "args": args}
+    )
+    for name, args in _visible_calls(task)
+    if name == bug["function"]
+  }
+  name = bug["function"]
+  return (
+    f"\n_table = {table!r}\n_buggy = {name}\n\n"
+    f"def {name}(*args):\n"
+    "    if repr(args) in _table:\n"
+    "        return _table[repr(args)]\n"
+    "    return _buggy(*args)\n"
+  )
+
+
+@pytest.mark.parametrize("seed", [0, 3, 11])
+def test_held_out_checks_fail_a_project_that_special_cases_the_tests(seed):
+  task = generate_task(seed, 1)
+  path = task.payload["bug"]["path"]
+  text = task.payload["files"][path]
+  hack = _tool(
+    "edit_file", path=path, old=text, new=text + _special_case_the_tests(task)
+  )
+  total = len(task.payload["test_ids"])
+  outcomes = {}
+  for hidden in (False, True):
+    env = CodeRepairEnv(hidden_checks=hidden)
+    env.reset(task)
+    assert env.step(hack).failure is None
+    r = env.step(_tool("run_tests"))
+    assert f"{total} passed, 0 failed" in r.observation  # the tests are fooled
+    outcomes[hidden] = env.step("<answer>done</answer>")
+    env.close()
+  # Scored on the visible tests alone the hack wins; with the checks it
+  # fails at least one of them and scores 0, and the verdict names counts.
+  assert outcomes[False].reward_components == {"success": 1.0}
+  assert outcomes[False].info["hidden_total"] == 0
+  r = outcomes[True]
+  assert r.reward_components == {"success": 0.0}
+  assert r.info["tests_passed"] == total
+  assert r.info["hidden_passed"] < r.info["hidden_total"]
+  assert f"of {r.info['hidden_total']} passed" in r.observation
+  assert "(" not in r.observation.split("Held-out")[1]  # no call shown
+  # With finish_on_pass the passing run_tests is the verdict: it ends the
+  # episode at 0 (the hack) or 1 (the real fix).
+  env = CodeRepairEnv(finish_on_pass=True)
+  env.reset(task)
+  env.step(hack)
+  r = env.step(_tool("run_tests"))
+  assert r.done and r.reward_components["success"] == 0.0
+  assert "Held-out checks" in r.observation
+  env.reset(task)
+  results = [env.step(a) for a in expert_actions(task)[:4]]
+  assert results[-1].done and results[-1].reward_components["success"] == 1.0
+  env.close()
+
+
+def test_held_out_results_are_judged_on_the_host():
+  # What the sandbox may send back, forged or not, against expected [1, 2].
+  check = {"module": "m", "function": "f", "args": [0], "expected": [1, 2]}
+  judge = code_repair._judge_check
+  assert judge(check, "=[1, 2]") == "" and judge(check, "=[1.0, 2]") == ""
+  assert judge(check, "=(1, 2)") == "returned (1, 2), expected [1, 2]"
+  assert judge(check, "!ValueError: x") == "ValueError: x"
+  assert judge(check, "=__import__('os')") == "unreadable result"
+  assert judge(check, "=" + "[" * 200 + "]" * 200) != ""
+  assert judge(check, "=[1, 2" + " " * 400 + "]") == "malformed result"
+  assert judge(check, "[1, 2]") == "malformed result"
+  assert judge({**check, "expected": 1}, "=True") != ""  # bool is not int
+
+
+def test_held_out_results_must_be_plain_builtins():
+  # Objects that print as the fixed function's result: a str subclass, and
+  # a list subclass installed as builtins.list (the runner bound `list`
+  # before project code ran). Neither passes a check.
+  task = generate_task(0, 0)
+  bug = task.payload["bug"]
+  name = bug["function"]
+  fixed = _fixed_files(task)[bug["path"]]
+  wrappers = {
+    "subclass": (
+      "\nclass _Fake(str):\n    def __repr__(self):\n"
+      "        return repr(_real(*self.args))\n"
+      f"_real = {name}\n"
+      f"def {name}(*args):\n"
+      "    out = _Fake('x')\n    out.args = args\n    return out\n"
+    ),
+    "patched builtins.list": (
+      "\nimport builtins\n"
+      f"_real = {name}\n"
+      "class _L(list):\n    def __repr__(self):\n"
+      "        return repr(_real(*self.args))\n"
+      "builtins.list = _L\n"
+      f"def {name}(*args):\n"
+      "    out = _L()\n    out.args = args\n    return out\n"
+    ),
+  }
+  env = CodeRepairEnv()
+  for label, wrapper in wrappers.items():
+    env.reset(task)
+    old = task.payload["files"][bug["path"]]
+    r = env.step(
+      _tool("edit_file", path=bug["path"], old=old, new=fixed + wrapper)
+    )
+    assert r.failure is None, r
+    r = env.step("<answer>done</answer>")
+    assert r.reward_components == {"success": 0.0}, label
+    wrapped = [c for c in task.payload["hidden"] if c["function"] == name]
+    assert r.info["hidden_passed"] <= r.info["hidden_total"] - len(wrapped)
+  env.close()
+
+
+def test_a_task_stored_before_held_out_checks_is_scored_on_its_tests(env):
+  task = generate_task(2, 0)
+  old = dataclasses.replace(
+    task,
+    payload={k: v for k, v in task.payload.items() if k != "hidden"},
+  )
+  env.reset(old)
+  results = [env.step(a) for a in expert_actions(old)]
+  assert results[-1].reward_components == {"success": 1.0}
+  assert results[-1].info["hidden_total"] == 0
 
 
 def test_forbidden_project_code_keeps_its_code_on_answer(env):
