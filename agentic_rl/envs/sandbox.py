@@ -22,6 +22,13 @@ Kernel layers (apply to `code` and `argv`):
 * No network (when `unshare --net` works, i.e. as root on Linux): the child
   runs in a fresh network namespace with no interfaces up, so even 127.0.0.1
   is unreachable.
+* Private temporary directories (when `unshare --mount` works, i.e. as
+  root on Linux): the child runs in its own mount namespace with a fresh
+  tmpfs (64 MiB, 4096 inodes) over each world-writable directory (/tmp,
+  /var/tmp, /dev/shm, /run/lock, those that exist), its own sandbox
+  directory bound back in place. What it writes there vanishes with it and
+  never reaches the host, and the host's files there are out of its sight;
+  `private_dirs` lists the covered ones.
 * A scrubbed environment (PATH, HOME/TMPDIR = the sandbox, LANG) and stdin
   from /dev/null.
 
@@ -34,18 +41,18 @@ replaced, as CPython audits neither), any use of ctypes, walking the garbage
 collector or replacing a function's code (the ways to reach the guard
 itself), and, unless `allow_subprocess`, any fork/exec/spawn. This is what
 turns a violation into the FORBIDDEN code with a clear message rather than an
-opaque errno, and it is the only write guard for world-writable places such
-as /tmp. The guard keeps its state in closures and calls only functions it
-bound before user code ran, and the launcher deletes its own globals, so
-rebinding names (`sys.modules['__main__']`, `os.path`, `builtins`) does not
-switch it off.
+opaque errno; without private temporary directories it is the only write
+guard for world-writable places such as /tmp. The guard keeps its state in
+closures and calls only functions it bound before user code ran, and the
+launcher deletes its own globals, so rebinding names
+(`sys.modules['__main__']`, `os.path`, `builtins`) does not switch it off.
 
 The Python guard is defence in depth, not the boundary: hostile code can
 still get past it (C extensions, a reimported `posix`, `dir_fd` arguments the
 audit events do not show, a path object whose `__fspath__` changes its
 answer). The kernel layers above (rlimits, the private uid, the network
-namespace) are what contain such code; `isolation` says which of them this
-machine provides.
+namespace, the private temporary directories) are what contain such code;
+`isolation` says which of them this machine provides.
 
 Host-side file access (`read_file`, `write_file`) never blocks and never
 leaves the sandbox: code in the sandbox may leave a FIFO, device node or
@@ -98,6 +105,9 @@ _EXIT_SETUP = 88
 
 _SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 
+# Size of each private tmpfs (see `Sandbox.private_dirs`).
+_PRIVATE_DIR_MB = 64
+
 # Runs in the child (`python -I -S -c _LAUNCHER`), config as JSON on stdin.
 # Kept free of f-strings and third-party imports so any Python 3 runs it.
 #
@@ -135,7 +145,42 @@ def _reporter(status_fd, streams, write, exit_):
 report = _reporter(cfg["status_fd"], (sys.stdout, sys.stderr), os.write,
                    os._exit)
 
+
+def _private_dirs(dirs, root, size_mb, host_namespace):
+  # Runs as root in this process's own mount namespace (`unshare --mount`):
+  # a fresh tmpfs over each world-writable directory, so what the child
+  # writes there dies with it and the host's files there are out of sight.
+  # A sandbox directory under one of them is bound back at its own path
+  # from our working directory, which is still the original one.
+  if os.stat("/proc/self/ns/mnt").st_ino == host_namespace:
+    raise OSError("not in a mount namespace of its own; refusing to mount")
+  import ctypes
+  libc = ctypes.CDLL(None, use_errno=True)
+
+  def mount(source, target, fstype, flags, data):
+    if libc.mount(source, target.encode(), fstype, flags, data) != 0:
+      err = ctypes.get_errno()
+      raise OSError(err, "mount on %s: %s" % (target, os.strerror(err)))
+
+  ms_nosuid, ms_nodev, ms_bind, ms_rec, ms_private = 2, 4, 4096, 16384, 262144
+  mount(None, "/", None, ms_rec | ms_private, None)
+  options = ("size=%dm,nr_inodes=4096,mode=1777" % size_mb).encode()
+  for path in dirs:
+    mount(b"tmpfs", path, b"tmpfs", ms_nosuid | ms_nodev, options)
+  for path in dirs:
+    if root.startswith(path + "/"):
+      os.makedirs(root)
+      mount(b"/proc/self/cwd", root, None, ms_bind, None)
+      break
+  for name in [m for m in sys.modules if m.split(".")[0] in ("ctypes",
+                                                            "_ctypes")]:
+    del sys.modules[name]
+
+
 try:
+  if cfg["private_dirs"]:
+    _private_dirs(cfg["private_dirs"], cfg["root"], cfg["private_dir_mb"],
+                  cfg["host_namespace"])
   null = os.open(os.devnull, os.O_RDONLY)
   os.dup2(null, 0)
   os.close(null)
@@ -306,8 +351,8 @@ sys.modules["__main__"] = main
 _install(os.path.realpath(cfg["root"]), cfg["allow_subprocess"],
          _reporter(cfg["status_fd"], (sys.stdout, sys.stderr), os.write,
                    os._exit))
-for _name in ("cfg", "report", "_reporter", "_install", "name", "res",
-              "soft", "hard", "value", "null", "e"):
+for _name in ("cfg", "report", "_reporter", "_install", "_private_dirs",
+              "name", "res", "soft", "hard", "value", "null", "e"):
   globals().pop(_name, None)
 try:
   exec(code, main.__dict__)
@@ -383,6 +428,46 @@ def _network_namespace_available() -> bool:
   except (OSError, subprocess.SubprocessError):
     return False
   return probe.returncode == 0
+
+
+@functools.cache
+def _mount_namespace_available() -> bool:
+  unshare = shutil.which("unshare")
+  if unshare is None:
+    return False
+  try:
+    probe = subprocess.run(
+      [unshare, "--mount", "true"], capture_output=True, timeout=10
+    )
+  except (OSError, subprocess.SubprocessError):
+    return False
+  return probe.returncode == 0
+
+
+def _mount_namespace() -> int | None:
+  """This process's mount namespace (its inode), for the child to compare."""
+  try:
+    return os.stat("/proc/self/ns/mnt").st_ino
+  except OSError:
+    return None
+
+
+_SHARED_DIR_CANDIDATES = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+
+
+@functools.cache
+def _world_writable_dirs() -> tuple[str, ...]:
+  """The usual world-writable directories of this machine, resolved."""
+  found = []
+  for candidate in _SHARED_DIR_CANDIDATES:
+    path = os.path.realpath(candidate)
+    try:
+      mode = os.stat(path).st_mode
+    except OSError:
+      continue
+    if stat.S_ISDIR(mode) and mode & 0o002 and path not in found:
+      found.append(path)
+  return tuple(found)
 
 
 _uid_lock = threading.Lock()
@@ -498,6 +583,7 @@ class Sandbox:
     isolate_network: bool = True,
     drop_privileges: bool = True,
     allow_subprocess: bool = False,
+    private_tmp: bool = True,
     prefix: str = "agentic_rl_sandbox_",
   ):
     self.allow_subprocess = allow_subprocess
@@ -517,6 +603,14 @@ class Sandbox:
     self.network_namespace = (
       isolate_network and os.geteuid() == 0 and _network_namespace_available()
     )
+    self.private_dirs: tuple[str, ...] = ()
+    if private_tmp and os.geteuid() == 0 and _mount_namespace_available():
+      # Never cover the directory our child's interpreter lives in.
+      self.private_dirs = tuple(
+        d
+        for d in _world_writable_dirs()
+        if not os.path.realpath(self.python).startswith(d + "/")
+      )
     self._closed = False
     if self._privileged:
       os.chown(self.root, self.uid, self.uid)
@@ -528,6 +622,7 @@ class Sandbox:
     return {
       "unprivileged_uid": self.uid,
       "network_namespace": self.network_namespace,
+      "private_tmp": list(self.private_dirs),
       "python_guard": True,
       "allow_subprocess": self.allow_subprocess,
       "python": self.python,
@@ -679,10 +774,15 @@ class Sandbox:
       "argv": None if argv is None else list(argv),
       "code": code,
       "allow_subprocess": self.allow_subprocess,
+      "private_dirs": list(self.private_dirs),
+      "private_dir_mb": _PRIVATE_DIR_MB,
+      "host_namespace": _mount_namespace(),
     }
     command = [self.python, "-I", "-S", "-c", _LAUNCHER]
-    if self.network_namespace:
-      command = ["unshare", "--net", "--", *command]
+    namespaces = ["--net"] if self.network_namespace else []
+    namespaces += ["--mount"] if self.private_dirs else []
+    if namespaces:
+      command = ["unshare", *namespaces, "--", *command]
     name, value = token.split("=")
     env = {
       "PATH": _SAFE_PATH,

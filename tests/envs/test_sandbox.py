@@ -3,8 +3,10 @@
 import os
 import socket
 import stat
+import tempfile
 import threading
 import time
+import uuid
 
 import pytest
 
@@ -167,6 +169,49 @@ def test_unprivileged_uid_blocks_writes_for_any_program(sandbox):
   r = sandbox.run(argv=["sh", "-c", "echo x > /etc/sandbox_escape"])
   assert r.returncode != 0 and "Permission denied" in r.stderr
   assert not os.path.exists("/etc/sandbox_escape")
+
+
+def _dir_fd_write(name):
+  # A write the Python guard cannot see: the audit event names only the
+  # relative path, which resolves inside the sandbox.
+  return (
+    "import os\nfd = os.open('/tmp', os.O_RDONLY)\n"
+    f"f = os.open({name!r}, os.O_WRONLY | os.O_CREAT, dir_fd=fd)\n"
+    "os.write(f, b'x')\nprint('wrote')\n"
+  )
+
+
+def test_private_tmp_keeps_writes_past_the_guard_off_the_host(sandbox):
+  if not sandbox.private_dirs:
+    pytest.skip("no mount namespace here (needs root and unshare --mount)")
+  assert "/tmp" in sandbox.isolation["private_tmp"]
+  name = f"agentic_rl_escape_{uuid.uuid4().hex}"
+  # Without the layer the write really lands in the host's /tmp ...
+  with Sandbox(private_tmp=False) as open_tmp:
+    try:
+      r = open_tmp.run(code=_dir_fd_write(name))
+      assert r.failure is None and "wrote" in r.stdout, r
+      assert os.path.exists(f"/tmp/{name}")
+    finally:
+      if os.path.exists(f"/tmp/{name}"):
+        os.remove(f"/tmp/{name}")
+  # ... with it, in a tmpfs that dies with the child.
+  r = sandbox.run(code=_dir_fd_write(name))
+  assert r.failure is None and "wrote" in r.stdout, r
+  assert not os.path.exists(f"/tmp/{name}")
+  # Any program, not just Python: writes to every covered directory stay
+  # private, the host's files there are out of sight, and the sandbox
+  # directory itself is the real one.
+  with tempfile.NamedTemporaryFile(dir="/tmp", prefix="agentic_rl_") as host:
+    os.chmod(host.name, 0o644)
+    writes = "; ".join(f"echo x > {d}/{name}" for d in sandbox.private_dirs)
+    r = sandbox.run(argv=["sh", "-c", f"{writes}; ls -a /tmp; echo y > mine"])
+    assert r.failure is None and r.returncode == 0, r
+    assert os.path.basename(host.name) not in r.stdout
+    assert name in r.stdout
+  for d in sandbox.private_dirs:
+    assert not os.path.exists(f"{d}/{name}"), d
+  assert sandbox.read_file("mine") == "y\n"
 
 
 def test_bad_requests_are_tool_errors(sandbox):
