@@ -266,6 +266,46 @@ def test_env_configs():
   assert qa.sampler.max_len == qa.length_buckets[-1]
 
 
+def test_code_repair_config_fits_its_expert_episodes():
+  # The config's token budgets come from the environment: every expert
+  # episode at difficulties 0-2, framed and tokenized as the rollout does,
+  # fits the turn, per-turn and context budgets, and ends in success.
+  from agentic_rl.envs import code_repair
+  from agentic_rl.models.tokenizer import build_env_tokenizer
+  from agentic_rl.rollout import RolloutConfig
+  from agentic_rl.rollout.demos import expert_trajectory
+  from agentic_rl.types import Termination
+
+  config = sweeps.load_config("configs/code_repair.py:gigpo")
+  assert config.env.name == "code_repair"
+  assert config.rollout.protocol == "tool_call"
+  assert config.sampler.max_len == config.length_buckets[-1]
+  assert config.rollout.max_total_tokens <= config.sampler.max_len
+  rollout = RolloutConfig.from_mapping(config.rollout)
+  tokenizer = build_env_tokenizer()
+  longest = {"context": 0, "action": 0}
+  for difficulty in (0, 1, 2):
+    for seed in range(4):
+      task = code_repair.generate_task(seed, difficulty)
+      env = code_repair.CodeRepairEnv(**config.env.options)  # closed after
+      traj = expert_trajectory(task, env, tokenizer, rollout)
+      assert traj.termination == Termination.DONE
+      assert traj.turns[-1].reward_components == {"success": 1.0}
+      context = sum(
+        len(t.obs_tokens) + len(t.action_tokens) for t in traj.turns
+      )
+      action = max(len(t.action_tokens) for t in traj.turns)
+      longest = {
+        "context": max(longest["context"], context),
+        "action": max(longest["action"], action),
+      }
+  env.close()
+  assert longest["action"] < rollout.max_new_tokens
+  assert longest["context"] <= rollout.max_total_tokens
+  # Not loose by more than a third: contexts cost quadratic compute.
+  assert longest["context"] > 0.66 * rollout.max_total_tokens
+
+
 def test_commands_and_overrides():
   (run, *_) = sweeps.expand(_tiny_sweep(), mesh=(8, 1, 1))
   argv = sweeps.command(run, "/r", python="py")

@@ -360,6 +360,26 @@ def test_search_qa_smoke_run_trains_on_tag_protocol_episodes(tmp_path):
   assert len(sft) == config.sft.steps and all(map(math.isfinite, sft))
 
 
+# Slow (about 90 s on a 2-core VM, contexts of 2,560 tokens): CI keeps the
+# environment (tests/envs/test_code_repair.py), the config's budgets
+# against its expert episodes (tests/test_sweeps.py) and the tool-call
+# protocol in a real rollout (tests/rollout/test_rollout.py).
+@pytest.mark.slow
+def test_code_repair_smoke_run_trains_on_sandboxed_tool_episodes(tmp_path):
+  # SFT on expert search/read/edit/test/answer demos, then RL whose every
+  # run_tests and answer runs in the sandbox, under full remat.
+  from configs import code_repair
+
+  config = code_repair.get_config("gigpo,smoke")
+  config.rl.steps = 1
+  summary = loop.train(config, str(tmp_path))
+  assert summary["rl_steps"] == 1
+  (row,) = _rl_rows(tmp_path).values()
+  assert math.isfinite(row["loss"]) and math.isfinite(row["grad_norm"])
+  assert 1.0 <= row["turns_per_episode"] <= config.rollout.max_turns
+  assert row["tokens_per_episode"] <= config.rollout.max_total_tokens
+
+
 def _distill_config(teacher: pathlib.Path, source: str = "token"):
   c = distill_configs.get_config(f"{source},smoke")
   c.distill.teacher = str(teacher)
@@ -630,7 +650,7 @@ def test_sum_norm_loss_divides_by_one_length_in_every_bucket():
 
 
 @pytest.mark.parametrize(
-  "env", ["sokoban", "frozenlake", "search_qa", "flights"]
+  "env", ["sokoban", "frozenlake", "search_qa", "flights", "code_repair"]
 )
 def test_every_switch_combination_gives_a_consistent_task_spec(env):
   """The switches of configs/sokoban.py (inherited by the other envs) may

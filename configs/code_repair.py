@@ -1,0 +1,61 @@
+"""SFT then RL on code repair (sandboxed tests, JSON tool calls), tiny
+preset, CPU.
+
+  python -m agentic_rl.main --config=configs/code_repair.py:gigpo \
+      --workdir=runs/code_repair_gigpo
+
+`arg` is read as in `configs/sokoban.py`: one estimator variant (default
+gigpo) and optionally `smoke`, `quick`, `curriculum`, `replay`. The recipe
+is Sokoban's; the environment, the protocol (`tool_call`) and the token
+budgets differ. An expert episode (search, read, edit, run the tests,
+answer) is five turns; framed and tokenized as the rollout does (a token a
+character, a tag one token), 120 of them at difficulties 0-2 took 1,559
+tokens at the median and 1,896 at most, their longest action (the edit)
+250. So turns get `max_new_tokens=320` and contexts 2,560 tokens, room
+for the three extra turns a policy may take.
+
+Rewards: `success` is the verifier's (every visible test and every held-out
+check passes, `agentic_rl/envs/code_repair.py`); the environment's
+`progress` (the rise in passing visible tests on a `run_tests` call) is
+PRM evidence and a verifier component. It counts visible tests only, so a
+policy can earn it by special-casing them, never `success`.
+"""
+
+import ml_collections
+
+from configs import sokoban
+
+ESTIMATORS = sokoban.ESTIMATORS
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  c = sokoban.get_config(arg)
+  smoke = "smoke" in (arg or "").split(",")
+  # Success pays 1 here: the critic's values live at that scale.
+  c.critic.value_scale = 1.0
+  c.critic.value_clip = 0.2
+  # The task text names the four tools; SFT teaches the call format.
+  c.env = {"name": "code_repair", "options": {}}
+  c.rollout.protocol = "tool_call"
+  c.rollout.max_turns = 8  # the expert's five calls plus 3
+  c.rollout.max_new_tokens = 320
+  c.rollout.max_total_tokens = 2560
+  c.sampler.max_len = 2560
+  c.length_buckets = (768, 1024, 1536, 2048, 2560)
+  c.rewards.process.signals = ("valid_action", "env:progress")
+  # Memory: at 2,560 positions one layer's attention probabilities are
+  # 2,560^2 floats a head and row. Sokoban's batch of 32 without remat took
+  # over 18 GiB in its first SFT step (killed on a 24 GiB machine); SFT
+  # rows of 8 under full remat and RL microbatches of 8 peaked at 6.5 GiB
+  # for the whole run. Same demonstrations seen as Sokoban's 150 x 32.
+  c.model.remat = "full"
+  if not smoke:
+    c.sft.batch_size = 8
+    c.sft.steps = 600
+    c.rl.num_microbatches = 4
+  else:
+    c.sampler.max_len = 2560
+    c.rollout.max_total_tokens = 2560
+    c.rollout.max_turns = 6
+    c.length_buckets = (1024, 2560)
+  return c
