@@ -590,8 +590,7 @@ def generate_task(seed: int, difficulty: int = 0) -> Task:
     tests[f"test_{module}.py"], ids = _test_source(module, funcs)
     test_ids += ids
   initial_passed = _host_pass_count(functions, target, buggy)
-  # Their own stream, so adding them left every task's files and tests as
-  # they were.
+  # Their own stream: drawing them changes nothing else in the task.
   hidden = _hidden_checks(
     random.Random(f"code_repair:hidden:{seed}:{difficulty}"),
     modules,

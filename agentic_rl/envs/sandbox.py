@@ -417,27 +417,14 @@ def _interpreter_for_others() -> str | None:
 
 
 @functools.cache
-def _network_namespace_available() -> bool:
+def _unshare_works(flag: str) -> bool:
+  """Whether `unshare <flag>` can make that namespace here (root, Linux)."""
   unshare = shutil.which("unshare")
   if unshare is None:
     return False
   try:
     probe = subprocess.run(
-      [unshare, "--net", "true"], capture_output=True, timeout=10
-    )
-  except (OSError, subprocess.SubprocessError):
-    return False
-  return probe.returncode == 0
-
-
-@functools.cache
-def _mount_namespace_available() -> bool:
-  unshare = shutil.which("unshare")
-  if unshare is None:
-    return False
-  try:
-    probe = subprocess.run(
-      [unshare, "--mount", "true"], capture_output=True, timeout=10
+      [unshare, flag, "true"], capture_output=True, timeout=10
     )
   except (OSError, subprocess.SubprocessError):
     return False
@@ -601,10 +588,10 @@ class Sandbox:
       )
     self.root = Path(tempfile.mkdtemp(prefix=prefix)).resolve()
     self.network_namespace = (
-      isolate_network and os.geteuid() == 0 and _network_namespace_available()
+      isolate_network and os.geteuid() == 0 and _unshare_works("--net")
     )
     self.private_dirs: tuple[str, ...] = ()
-    if private_tmp and os.geteuid() == 0 and _mount_namespace_available():
+    if private_tmp and os.geteuid() == 0 and _unshare_works("--mount"):
       # Never cover the directory our child's interpreter lives in.
       self.private_dirs = tuple(
         d
