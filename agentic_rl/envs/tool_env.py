@@ -125,7 +125,14 @@ class ToolEnvironment(Environment):
   # -- driver ---------------------------------------------------------------
 
   def begin_episode(self) -> None:
-    """Call at the end of `reset`: restarts the turn budget."""
+    """Call at the end of `reset`: restarts the turn budget.
+
+    An environment reset after `close` gets a fresh executor of its own
+    (as its subclasses remake what `close` released, e.g. a sandbox), so
+    its tool calls do not all fail as "shut down".
+    """
+    if self._owns_executor and self.executor.closed:
+      self.executor = ToolExecutor(timeout_s=self.executor.timeout_s)
     self.turns_used = 0
     self.done = False
     self.started = True

@@ -269,6 +269,10 @@ class ToolExecutor:
     """Refuses further calls; abandoned daemon threads are left to finish."""
     self._closed = True
 
+  @property
+  def closed(self) -> bool:
+    return self._closed
+
   def __enter__(self) -> ToolExecutor:
     return self
 

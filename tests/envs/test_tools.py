@@ -245,6 +245,19 @@ def test_tool_environment_answer_timeout_and_budget():
   assert crash.failure == FailureCode.TOOL_ERROR and crash.done
   assert "verifier bug" in crash.info["error"]
   env.close()
+  # Reset after close: tools work again (the demos close each env they
+  # replay; a reused one once answered every call "shut down").
+  env.reset(env.generate_task(0))
+  r = env.step(format_tool_call("inc", {}))
+  assert r.failure is None and "1" in r.observation, r
+  env.close()
+  # An executor the env was given is its owner's: closing the env leaves it.
+  with ToolExecutor(timeout_s=0.2) as shared:
+    env = CounterEnv(executor=shared)
+    env.reset(env.generate_task(0))
+    env.close()
+    assert not shared.closed and env.executor is shared
+  assert shared.closed
 
 
 def test_tool_environment_tags_protocol():
