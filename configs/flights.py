@@ -25,11 +25,7 @@ ESTIMATORS = sokoban.ESTIMATORS
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  c = sokoban.get_config(arg)
-  smoke = "smoke" in (arg or "").split(",")
-  # Success pays 1 here: the critic's values live at that scale.
-  c.critic.value_scale = 1.0
-  c.critic.value_clip = 0.2
+  c, smoke = sokoban.unit_success_config(arg)
   # No tool manual in the prompt: SFT teaches the call format, and the
   # manual would be ~250 tokens of every context on a CPU.
   c.env = {"name": "flights", "options": {"instructions": False}}

@@ -28,11 +28,7 @@ ESTIMATORS = sokoban.ESTIMATORS
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  c = sokoban.get_config(arg)
-  smoke = "smoke" in (arg or "").split(",")
-  # Success pays 1 here: the critic's values live at that scale.
-  c.critic.value_scale = 1.0
-  c.critic.value_clip = 0.2
+  c, smoke = sokoban.unit_success_config(arg)
   c.env = {
     "name": "frozenlake",
     "options": {"slippery": True, "instructions": False, "max_steps": 10},

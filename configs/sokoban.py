@@ -53,6 +53,18 @@ def _optimizer(lr, warmup=0):
   }
 
 
+def unit_success_config(
+  arg: str | None,
+) -> tuple[ml_collections.ConfigDict, bool]:
+  """This recipe for an environment whose success pays 1, where the other
+  environments' configs start: the critic's values live at that scale.
+  Also whether `arg` asks for the smoke size."""
+  c = get_config(arg)
+  c.critic.value_scale = 1.0
+  c.critic.value_clip = 0.2
+  return c, "smoke" in (arg or "").split(",")
+
+
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   parts = [p for p in (arg or "gigpo").split(",") if p]
   switches = ("smoke", "quick", "curriculum", "replay")
