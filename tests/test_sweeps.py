@@ -283,27 +283,22 @@ def test_code_repair_config_fits_its_expert_episodes():
   assert config.rollout.max_total_tokens <= config.sampler.max_len
   rollout = RolloutConfig.from_mapping(config.rollout)
   tokenizer = build_env_tokenizer()
-  longest = {"context": 0, "action": 0}
+  contexts, actions = [], []
   for difficulty in (0, 1, 2):
     for seed in range(4):
       task = code_repair.generate_task(seed, difficulty)
-      env = code_repair.CodeRepairEnv(**config.env.options)  # closed after
+      env = code_repair.CodeRepairEnv(**config.env.options)  # it closes env
       traj = expert_trajectory(task, env, tokenizer, rollout)
       assert traj.termination == Termination.DONE
       assert traj.turns[-1].reward_components == {"success": 1.0}
-      context = sum(
-        len(t.obs_tokens) + len(t.action_tokens) for t in traj.turns
+      contexts.append(
+        sum(len(t.obs_tokens) + len(t.action_tokens) for t in traj.turns)
       )
-      action = max(len(t.action_tokens) for t in traj.turns)
-      longest = {
-        "context": max(longest["context"], context),
-        "action": max(longest["action"], action),
-      }
-  env.close()
-  assert longest["action"] < rollout.max_new_tokens
-  assert longest["context"] <= rollout.max_total_tokens
+      actions += [len(t.action_tokens) for t in traj.turns]
+  assert max(actions) < rollout.max_new_tokens
+  assert max(contexts) <= rollout.max_total_tokens
   # Not loose by more than a third: contexts cost quadratic compute.
-  assert longest["context"] > 0.66 * rollout.max_total_tokens
+  assert max(contexts) > 0.66 * rollout.max_total_tokens
 
 
 def test_commands_and_overrides():

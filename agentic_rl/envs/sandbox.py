@@ -431,6 +431,7 @@ def _unshare_works(flag: str) -> bool:
   return probe.returncode == 0
 
 
+@functools.cache
 def _mount_namespace() -> int | None:
   """This process's mount namespace (its inode), for the child to compare."""
   try:
