@@ -9,7 +9,11 @@ import jax
 
 from agentic_rl.rewards.trace import trace_summary
 from agentic_rl.rollout.driver import Rollout
-from agentic_rl.rollout.metrics import failure_codes, rollout_metrics
+from agentic_rl.rollout.metrics import (
+  failure_codes,
+  rollout_metrics,
+  tool_counts,
+)
 from agentic_rl.types import FailureCode, Task, Trajectory
 
 
@@ -33,8 +37,9 @@ def evaluate(
   rewards), `outcome_mean`,
   `turns_per_episode`, `tokens_per_episode`, `failure_rate/<code>` (fraction
   of episodes in which the code occurred), `termination/<reason>` (counts),
-  throughput keys from `rollout_metrics`, and `trace/<key>` from
-  `rewards.trace_summary`.
+  `tool_failure_rate/<name>` (fraction of the tool's calls that failed, for
+  each tool called), throughput and per-tool count keys from
+  `rollout_metrics`, and `trace/<key>` from `rewards.trace_summary`.
   """
   if not tasks:
     raise ValueError("evaluate needs at least one task")
@@ -77,6 +82,10 @@ def eval_metrics(
   )
   for code in FailureCode:
     out[f"failure_rate/{code}"] = seen[str(code)] / n
+  calls, failed = tool_counts(trajectories)
+  for name, count in sorted(calls.items()):
+    bad = sum(c for (tool, _), c in failed.items() if tool == name)
+    out[f"tool_failure_rate/{name}"] = bad / count
   summary = trace_summary(trajectories, stack.success_threshold)
   out.update({f"trace/{k}": float(v) for k, v in summary.items()})
   return out

@@ -5,7 +5,17 @@ from __future__ import annotations
 import collections
 from collections.abc import Sequence
 
-from agentic_rl.types import FailureCode, Termination, Trajectory
+from agentic_rl.types import (
+  ActionKind,
+  FailureCode,
+  Termination,
+  Trajectory,
+  Turn,
+)
+
+# The metric name of calls to a tool the environment does not have: the
+# policy wrote the name, and metric keys stay a closed set.
+UNKNOWN_TOOL_NAME = "_unknown"
 
 
 def failure_codes(trajectory: Trajectory) -> list[str]:
@@ -23,6 +33,35 @@ def failure_codes(trajectory: Trajectory) -> list[str]:
   return codes
 
 
+def called_tool(turn: Turn) -> str | None:
+  """The tool a turn called, for metrics; None if it called none.
+
+  A parsed call to a tool the environment lacks is `UNKNOWN_TOOL_NAME`.
+  A malformed call names no tool (it is a `malformed_call` failure).
+  """
+  if turn.action is None or turn.action.kind != ActionKind.TOOL_CALL:
+    return None
+  if turn.failure == FailureCode.UNKNOWN_TOOL:
+    return UNKNOWN_TOOL_NAME
+  return turn.action.name
+
+
+def tool_counts(
+  trajectories: Sequence[Trajectory],
+) -> tuple[collections.Counter, collections.Counter]:
+  """Calls per tool, and failed calls per (tool, failure code)."""
+  calls, failed = collections.Counter(), collections.Counter()
+  for trajectory in trajectories:
+    for turn in trajectory.turns:
+      name = called_tool(turn)
+      if name is None:
+        continue
+      calls[name] += 1
+      if turn.failure is not None:
+        failed[name, str(turn.failure)] += 1
+  return calls, failed
+
+
 def generated_tokens(trajectory: Trajectory) -> int:
   return sum(len(t.action_tokens) for t in trajectory.turns)
 
@@ -35,8 +74,10 @@ def rollout_metrics(
   Keys: `episodes`, `seconds`, `episodes_per_s`, `generated_tokens`,
   `generated_tokens_per_s`, `turns_per_episode`, `tokens_per_episode`
   (prompt, actions and observations), `generated_tokens_per_episode`,
-  `failure/<code>` (counts, every code present) and `termination/<reason>`
-  (counts, every reason present).
+  `failure/<code>` (counts, every code present), `termination/<reason>`
+  (counts, every reason present), and per tool called in the batch
+  `tool/<name>/calls` and `tool/<name>/<code>` (counts of its calls, and of
+  those that failed with the code; codes that occurred).
   """
   n = len(trajectories)
   seconds = max(seconds, 1e-9)
@@ -59,6 +100,11 @@ def rollout_metrics(
     out[f"failure/{code}"] = float(failures[str(code)])
   for reason in Termination:
     out[f"termination/{reason}"] = float(terminations[str(reason)])
+  calls, failed = tool_counts(trajectories)
+  for name, count in sorted(calls.items()):
+    out[f"tool/{name}/calls"] = float(count)
+  for (name, code), count in sorted(failed.items()):
+    out[f"tool/{name}/{code}"] = float(count)
   return out
 
 

@@ -31,7 +31,15 @@ from agentic_rl.rollout import (
   make_samplers,
 )
 from agentic_rl.sampling import Sampler
-from agentic_rl.types import FailureCode, Task, Termination, Trajectory, Turn
+from agentic_rl.types import (
+  Action,
+  ActionKind,
+  FailureCode,
+  Task,
+  Termination,
+  Trajectory,
+  Turn,
+)
 
 try:
   from tests.rollout.echo_env import Echo
@@ -391,6 +399,52 @@ def test_eval_metrics_on_handmade_trajectories(model, tokenizer):
   assert out["success_rate/d0"] == 0.0
   assert out["success_rate/d2"] == pytest.approx(2 / 3)
   assert "success_rate/d1" not in out
+
+
+def test_tool_metrics_count_calls_and_failures_per_tool(model, tokenizer):
+  rollout = make_rollout(model, tokenizer, echo_factory())
+  stack = rollout.reward_stack
+  task = Echo().generate_task(0)
+
+  def turn(action: Action | None, failure=None) -> Turn:
+    t = Turn([1], [2], [-0.5], action=action, failure=failure)
+    t.reward_components = {"success": 0.0}
+    return t
+
+  def call(name: str) -> Action:
+    return Action(ActionKind.TOOL_CALL, name=name)
+
+  episodes = [
+    [
+      turn(call("edit_file")),
+      turn(call("edit_file"), FailureCode.TOOL_ERROR),
+      turn(call("run_tests")),
+    ],
+    [
+      turn(call("edit_file"), FailureCode.BAD_ARGUMENTS),
+      # A made-up name is not a metric key; a malformed call names no tool.
+      turn(call("rm -rf"), FailureCode.UNKNOWN_TOOL),
+      turn(Action(ActionKind.MALFORMED, text="{"), FailureCode.MALFORMED_CALL),
+      turn(Action(ActionKind.ANSWER, text="done")),
+    ],
+  ]
+  trajectories = [
+    stack.score_trajectory(Trajectory(task, 0, turns)) for turns in episodes
+  ]
+  out = eval_metrics(trajectories, rollout, 1.0)
+  tools = {k: v for k, v in out.items() if k.startswith("tool")}
+  assert tools == {
+    "tool/_unknown/calls": 1.0,
+    "tool/_unknown/unknown_tool": 1.0,
+    "tool/edit_file/calls": 3.0,
+    "tool/edit_file/bad_arguments": 1.0,
+    "tool/edit_file/tool_error": 1.0,
+    "tool/run_tests/calls": 1.0,
+    "tool_failure_rate/_unknown": 1.0,
+    "tool_failure_rate/edit_file": pytest.approx(2 / 3),
+    "tool_failure_rate/run_tests": 0.0,
+  }
+  assert out["failure/malformed_call"] == 1.0
 
 
 def test_config_and_sampler_checks(model, tokenizer):
