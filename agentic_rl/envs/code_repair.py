@@ -28,11 +28,13 @@ their calls. So a project that special-cases the visible tests (or reads
 their expected values) earns nothing. ``hidden_checks=False`` scores the
 visible tests alone. With ``finish_on_pass=True`` a ``run_tests`` call that
 passes every test also ends the episode, with the same verdict. The
-process signal ``progress`` is the rise of the best pass count so far, as a
-fraction of all tests, on the ``run_tests`` call that achieved it (so an
-episode's progress sums to at most the fraction of initially failing tests).
-It counts the visible tests only, so special-casing them still earns it;
-weigh it accordingly.
+process signal ``progress`` is the rise of the best count of passing
+held-out checks so far, as a fraction of all checks, on the ``run_tests``
+call that achieved it (so an episode's progress sums to at most the fraction
+of checks the bug fails, ``payload["initial_hidden_passed"]`` being the
+rest). Like ``success`` it cannot be earned by special-casing the visible
+tests. With ``hidden_checks=False``, or a task stored without that count,
+it follows the visible tests instead.
 
 `state_key` hashes the module files' contents: two trajectories that reached
 the same code share a key, however they got there.
@@ -542,6 +544,20 @@ def _hidden_checks(
   return checks
 
 
+def _checks_passed_under_bug(
+  checks: list[dict[str, Any]], target: _Function, buggy: str
+) -> int:
+  """How many held-out checks the task's buggy project passes (host side)."""
+  passed = 0
+  for check in checks:
+    if check["function"] != target.name:
+      passed += 1
+      continue
+    ok, got = _evaluate(buggy, target.name, tuple(check["args"]))
+    passed += int(ok and _same(got, check["expected"]))
+  return passed
+
+
 def _breaks_a_case(f: _Function, buggy: str) -> bool:
   for args in f.cases:
     want = _evaluate(f.source, f.name, args)
@@ -609,6 +625,7 @@ def generate_task(seed: int, difficulty: int = 0) -> Task:
       "test_ids": test_ids,
       "initial_passed": initial_passed,
       "hidden": hidden,
+      "initial_hidden_passed": _checks_passed_under_bug(hidden, target, buggy),
       "bug": {
         "path": bug_path,
         "function": target.name,
@@ -953,6 +970,8 @@ class CodeRepairEnv(ToolEnvironment):
     self.task: Task | None = None
     self.sandbox: Sandbox | None = None
     self.best_passed = 0
+    # With the held-out checks, `progress` follows them instead of the tests.
+    self.best_checks: int | None = None
     self.last_report: TestReport | None = None
     self._finished = False
 
@@ -971,6 +990,11 @@ class CodeRepairEnv(ToolEnvironment):
     }.items():
       self.sandbox.write_file(path, text)
     self.best_passed = int(task.payload["initial_passed"])
+    initial_checks = task.payload.get("initial_hidden_passed")
+    on_checks = self.hidden_checks and task.payload.get("hidden")
+    self.best_checks = (
+      int(initial_checks) if on_checks and initial_checks is not None else None
+    )
     self.last_report = None
     self._finished = False
     self.begin_episode()
@@ -1108,12 +1132,14 @@ class CodeRepairEnv(ToolEnvironment):
 
   def _run_tests(self) -> str:
     assert self.sandbox is not None and self.task is not None
-    # With finish_on_pass a full pass is the verdict, so the held-out checks
-    # run beside the tests (one child process); their counts are shown only
-    # then, as the episode ends.
-    verdict = self.finish_on_pass and self.hidden_checks
+    # The held-out checks run beside the tests (one child process): they
+    # measure `progress`, and with finish_on_pass a full pass is the
+    # verdict. Their counts are shown only then, as the episode ends.
+    checks = self.best_checks is not None or (
+      self.finish_on_pass and self.hidden_checks
+    )
     report = run_test_suite(
-      self.sandbox, self.task, self.test_timeout_s, hidden=verdict
+      self.sandbox, self.task, self.test_timeout_s, hidden=checks
     )
     self.last_report = report
     if report.failure is not None:
@@ -1130,9 +1156,14 @@ class CodeRepairEnv(ToolEnvironment):
     report = self.last_report
     self.last_report = None
     components = {}
-    if report.passed > self.best_passed:
+    if self.best_checks is not None:
+      if report.hidden_passed > self.best_checks:
+        rise = report.hidden_passed - self.best_checks
+        components["progress"] = rise / report.hidden_total
+        self.best_checks = report.hidden_passed
+    elif report.passed > self.best_passed:
       components["progress"] = (report.passed - self.best_passed) / report.total
-      self.best_passed = report.passed
+    self.best_passed = max(self.best_passed, report.passed)
     if self.finish_on_pass and outcome.ok and report.all_passed:
       components["success"] = float(report.verified)
       self._finished = True

@@ -67,11 +67,26 @@ def test_expert_solves_generated_tasks(env, difficulty):
     assert [r.failure for r in results] == [None] * len(results)
     assert [r.done for r in results] == [False] * (len(results) - 1) + [True]
     assert results[-1].reward_components == {"success": 1.0}
-    total = len(task.payload["test_ids"])
+    # Progress follows the held-out checks: the fix earns every check the
+    # bug failed, as a fraction of all of them.
+    checks = len(task.payload["hidden"])
     progress = results[3].reward_components["progress"]
     assert progress == pytest.approx(
-      (total - task.payload["initial_passed"]) / total
+      (checks - task.payload["initial_hidden_passed"]) / checks
     )
+
+
+def test_the_stored_count_of_checks_the_bug_passes_matches_the_sandbox(env):
+  # `initial_hidden_passed` is computed on the host at generation; the
+  # sandbox's judge must agree, or progress would pay for nothing.
+  for difficulty in range(4):
+    for seed in range(6):
+      task = generate_task(seed, difficulty)
+      env.reset(task)
+      report = code_repair.run_test_suite(env.sandbox, task, 5.0, hidden=True)
+      assert report.passed == task.payload["initial_passed"]
+      assert report.hidden_passed == task.payload["initial_hidden_passed"]
+      assert report.hidden_passed < report.hidden_total
 
 
 def test_wrong_edit_gets_no_reward(env):
@@ -401,15 +416,21 @@ def test_held_out_checks_fail_a_project_that_special_cases_the_tests(seed):
     "edit_file", path=path, old=text, new=text + _special_case_the_tests(task)
   )
   total = len(task.payload["test_ids"])
-  outcomes = {}
+  outcomes, progress = {}, {}
   for hidden in (False, True):
     env = CodeRepairEnv(hidden_checks=hidden)
     env.reset(task)
     assert env.step(hack).failure is None
     r = env.step(_tool("run_tests"))
     assert f"{total} passed, 0 failed" in r.observation  # the tests are fooled
+    progress[hidden] = r.reward_components.get("progress", 0.0)
     outcomes[hidden] = env.step("<answer>done</answer>")
     env.close()
+  # On the visible tests the hack earns all the progress there is; on the
+  # held-out checks none (the bug still fails the same ones).
+  initial = task.payload["initial_passed"]
+  assert progress[False] == pytest.approx((total - initial) / total)
+  assert progress[True] == 0.0
   # Scored on the visible tests alone the hack wins; with the checks it
   # fails at least one of them and scores 0, and the verdict names counts.
   assert outcomes[False].reward_components == {"success": 1.0}
@@ -499,6 +520,22 @@ def test_a_task_stored_before_held_out_checks_is_scored_on_its_tests(env):
   results = [env.step(a) for a in expert_actions(old)]
   assert results[-1].reward_components == {"success": 1.0}
   assert results[-1].info["hidden_total"] == 0
+  total = len(task.payload["test_ids"])
+  on_tests = (total - task.payload["initial_passed"]) / total
+  assert results[3].reward_components["progress"] == pytest.approx(on_tests)
+  # Checks stored without the count the bug passes: scored on them, but
+  # progress follows the tests.
+  older = dataclasses.replace(
+    task,
+    payload={
+      k: v for k, v in task.payload.items() if k != "initial_hidden_passed"
+    },
+  )
+  env.reset(older)
+  results = [env.step(a) for a in expert_actions(older)]
+  assert results[-1].reward_components == {"success": 1.0}
+  assert results[-1].info["hidden_total"] == len(task.payload["hidden"])
+  assert results[3].reward_components["progress"] == pytest.approx(on_tests)
 
 
 def test_forbidden_project_code_keeps_its_code_on_answer(env):
