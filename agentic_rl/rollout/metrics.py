@@ -37,9 +37,13 @@ def called_tool(turn: Turn) -> str | None:
   """The tool a turn called, for metrics; None if it called none.
 
   A parsed call to a tool the environment lacks is `UNKNOWN_TOOL_NAME`.
-  A malformed call names no tool (it is a `malformed_call` failure).
+  A malformed call names no tool (it is a `malformed_call` failure), and
+  an action cut by the context budget (`context_overflow`) never reached the
+  environment, whatever it names.
   """
   if turn.action is None or turn.action.kind != ActionKind.TOOL_CALL:
+    return None
+  if turn.failure == FailureCode.CONTEXT_OVERFLOW:
     return None
   if turn.failure == FailureCode.UNKNOWN_TOOL:
     return UNKNOWN_TOOL_NAME

@@ -425,6 +425,8 @@ def test_tool_metrics_count_calls_and_failures_per_tool(model, tokenizer):
       # A made-up name is not a metric key; a malformed call names no tool.
       turn(call("rm -rf"), FailureCode.UNKNOWN_TOOL),
       turn(Action(ActionKind.MALFORMED, text="{"), FailureCode.MALFORMED_CALL),
+      # Cut by the context budget: the environment never saw it.
+      turn(call("edit_fi"), FailureCode.CONTEXT_OVERFLOW),
       turn(Action(ActionKind.ANSWER, text="done")),
     ],
   ]
