@@ -16,9 +16,9 @@ for the three extra turns a policy may take.
 
 Rewards: `success` is the verifier's (every visible test and every held-out
 check passes, `agentic_rl/envs/code_repair.py`); the environment's
-`progress` (the rise in passing held-out checks on a `run_tests` call,
-counts the policy never sees) is PRM evidence and a verifier component;
-like `success`, special-casing the visible tests does not earn it.
+`progress` (the rise in passing held-out checks on a `run_tests` call; the
+policy never sees those counts) is PRM evidence and a verifier component.
+Like `success`, it is not earned by special-casing the visible tests.
 """
 
 import ml_collections
