@@ -500,8 +500,9 @@ def _hidden_checks(
   modules: dict[str, list[_Function]],
   target: _Function,
   buggy: str,
-) -> list[dict[str, Any]]:
-  """The verifier's held-out checks: calls the policy never sees.
+) -> tuple[list[dict[str, Any]], int]:
+  """The verifier's held-out checks (calls the policy never sees), and how
+  many of them the buggy project passes.
 
   Per function, `_HIDDEN_PER_FUNCTION` argument tuples the visible tests do
   not use, with the correct source's result; the buggy function gets more
@@ -510,7 +511,7 @@ def _hidden_checks(
   tests' calls (or reads their expected values) passes the tests and fails
   these.
   """
-  checks = []
+  checks, broken = [], 0
   for module, funcs in sorted(modules.items()):
     for f in funcs:
       seen = {repr(args) for args in f.cases}
@@ -531,6 +532,7 @@ def _hidden_checks(
         seen.add(repr(args))
         picked += 1
         caught = caught or breaks
+        broken += breaks
         checks.append(
           {
             "module": module,
@@ -541,21 +543,7 @@ def _hidden_checks(
         )
       if not caught:  # every template's draws reach every bug
         raise RuntimeError(f"no held-out check catches the bug in {f.name}")
-  return checks
-
-
-def _checks_passed_under_bug(
-  checks: list[dict[str, Any]], target: _Function, buggy: str
-) -> int:
-  """How many held-out checks the task's buggy project passes (host side)."""
-  passed = 0
-  for check in checks:
-    if check["function"] != target.name:
-      passed += 1
-      continue
-    ok, got = _evaluate(buggy, target.name, tuple(check["args"]))
-    passed += int(ok and _same(got, check["expected"]))
-  return passed
+  return checks, len(checks) - broken
 
 
 def _breaks_a_case(f: _Function, buggy: str) -> bool:
@@ -607,7 +595,7 @@ def generate_task(seed: int, difficulty: int = 0) -> Task:
     test_ids += ids
   initial_passed = _host_pass_count(functions, target, buggy)
   # Their own stream: drawing them changes nothing else in the task.
-  hidden = _hidden_checks(
+  hidden, hidden_passed = _hidden_checks(
     random.Random(f"code_repair:hidden:{seed}:{difficulty}"),
     modules,
     target,
@@ -625,7 +613,7 @@ def generate_task(seed: int, difficulty: int = 0) -> Task:
       "test_ids": test_ids,
       "initial_passed": initial_passed,
       "hidden": hidden,
-      "initial_hidden_passed": _checks_passed_under_bug(hidden, target, buggy),
+      "initial_hidden_passed": hidden_passed,
       "bug": {
         "path": bug_path,
         "function": target.name,
