@@ -31,7 +31,9 @@ ESTIMATORS = sokoban.ESTIMATORS
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c, smoke = sokoban.unit_success_config(arg)
   # The task text names the four tools; SFT teaches the call format.
-  c.env = {"name": "code_repair", "options": {}}
+  # `edit_tool="replace_lines"` offers an edit by line numbers in place of
+  # edit_file's exact-text match (a new SFT stage: the demos change).
+  c.env = {"name": "code_repair", "options": {"edit_tool": "edit_file"}}
   c.rollout.protocol = "tool_call"
   c.rollout.max_turns = 8  # the expert's five calls plus 3
   c.rollout.max_new_tokens = 320

@@ -1,6 +1,7 @@
 """Sweep expansion, launch commands, and skip/resume on a fake tiny sweep."""
 
 import dataclasses
+import itertools
 import json
 import os
 import pathlib
@@ -284,10 +285,13 @@ def test_code_repair_config_fits_its_expert_episodes():
   rollout = RolloutConfig.from_mapping(config.rollout)
   tokenizer = build_env_tokenizer()
   contexts, actions = [], []
-  for difficulty in (0, 1, 2):
+  for difficulty, edit_tool in itertools.product(
+    (0, 1, 2), code_repair.EDIT_TOOLS
+  ):
     for seed in range(4):
       task = code_repair.generate_task(seed, difficulty)
-      env = code_repair.CodeRepairEnv(**config.env.options)  # it closes env
+      options = {**config.env.options, "edit_tool": edit_tool}
+      env = code_repair.CodeRepairEnv(**options)  # it closes env
       traj = expert_trajectory(task, env, tokenizer, rollout)
       assert traj.termination == Termination.DONE
       assert traj.turns[-1].reward_components == {"success": 1.0}

@@ -15,6 +15,10 @@ Tools (JSON `tool_call` protocol), all acting inside a per-episode `Sandbox`:
 * ``read_file(path)``: a file with line numbers;
 * ``edit_file(path, old, new)``: replace the one exact occurrence of `old`
   in a module file; test files are read-only (FORBIDDEN);
+* or, with ``edit_tool="replace_lines"``, ``replace_lines(path, start, end,
+  new)`` in its place: replace lines `start`..`end` (1-based, inclusive, as
+  `read_file` numbers them) with `new`, and show the lines written. The
+  edit then copies no code into the call, only the fixed text;
 * ``run_tests()``: runs the canonical tests in the sandbox (test files are
   rewritten from the task first, so edits to them can never count).
 
@@ -661,24 +665,47 @@ def _host_pass_count(
   return passed
 
 
-def expert_actions(task: Task) -> list[str]:
+EDIT_TOOLS = ("edit_file", "replace_lines")
+
+
+def buggy_line_number(task: Task) -> int:
+  """The 1-based number of the buggy line in its file (it is unique)."""
+  bug = task.payload["bug"]
+  lines = task.payload["files"][bug["path"]].splitlines()
+  return lines.index(bug["buggy_line"]) + 1
+
+
+def expert_actions(task: Task, edit_tool: str = "edit_file") -> list[str]:
   """A scripted expert: the action texts that fix the task's bug.
 
-  Looks the function up, reads its file, replaces the buggy line, checks the
-  tests and answers. Used for SFT demonstrations and tests.
+  Looks the function up, reads its file, replaces the buggy line with
+  `edit_tool`, checks the tests and answers. Used for SFT demonstrations
+  and tests.
   """
   bug = task.payload["bug"]
+  if edit_tool == "edit_file":
+    edit = {
+      "path": bug["path"],
+      "old": bug["buggy_line"],
+      "new": bug["fixed_line"],
+    }
+  elif edit_tool == "replace_lines":
+    line = buggy_line_number(task)
+    edit = {
+      "path": bug["path"],
+      "start": line,
+      "end": line,
+      "new": bug["fixed_line"],
+    }
+  else:
+    raise ValueError(f"edit_tool must be one of {EDIT_TOOLS}: {edit_tool!r}")
   return [
     "<think>Some tests fail. Find the function they exercise.</think>"
     + format_tool_call("search_code", {"pattern": f"def {bug['function']}("}),
     "<think>Read the module that defines it.</think>"
     + format_tool_call("read_file", {"path": bug["path"]}),
     f"<think>This line is wrong ({bug['kind'].replace('_', ' ')}); fix it."
-    "</think>"
-    + format_tool_call(
-      "edit_file",
-      {"path": bug["path"], "old": bug["buggy_line"], "new": bug["fixed_line"]},
-    ),
+    "</think>" + format_tool_call(edit_tool, edit),
     "<think>Check the fix.</think>" + format_tool_call("run_tests", {}),
     "<think>All tests pass.</think><answer>done</answer>",
   ]
@@ -932,6 +959,7 @@ def run_test_suite(
 # The environment.
 
 _MAX_READ_CHARS = 20000
+_MAX_ECHO_LINES = 10  # replace_lines shows at most this many written lines
 
 
 @register("code_repair")
@@ -948,13 +976,19 @@ class CodeRepairEnv(ToolEnvironment):
     test_timeout_s: float = 5.0,
     finish_on_pass: bool = False,
     hidden_checks: bool = True,
+    edit_tool: str = "edit_file",
     **kwargs: Any,
   ):
+    if edit_tool not in EDIT_TOOLS:
+      raise ValueError(
+        f"code_repair: edit_tool must be one of {EDIT_TOOLS}, got {edit_tool!r}"
+      )
     kwargs.setdefault("tool_timeout_s", test_timeout_s + 5.0)
     super().__init__(max_turns=max_turns, protocol="tool_call", **kwargs)
     self.test_timeout_s = test_timeout_s
     self.finish_on_pass = finish_on_pass
     self.hidden_checks = hidden_checks
+    self.edit_tool = edit_tool
     self.task: Task | None = None
     self.sandbox: Sandbox | None = None
     self.best_passed = 0
@@ -965,6 +999,9 @@ class CodeRepairEnv(ToolEnvironment):
 
   def generate_task(self, seed: int, difficulty: int = 0) -> Task:
     return generate_task(seed, difficulty)
+
+  def expert_actions(self, task: Task) -> list[str]:
+    return expert_actions(task, self.edit_tool)
 
   def reset(self, task: Task, seed: int = 0) -> str:
     del seed  # the task fully determines the episode
@@ -990,12 +1027,16 @@ class CodeRepairEnv(ToolEnvironment):
     files = ", ".join(
       sorted({**task.payload["files"], **task.payload["tests"]})
     )
+    edit = {
+      "edit_file": "edit_file(path, old, new)",
+      "replace_lines": "replace_lines(path, start, end, new)",
+    }[self.edit_tool]
     return (
       "A small Python project has a bug: "
       f"{total - self.best_passed} of {total} tests fail.\n"
       f"Files: {files}\n"
       "Find and fix the bug with the tools search_code(pattern), "
-      "read_file(path), edit_file(path, old, new) and run_tests(). Call one "
+      f"read_file(path), {edit} and run_tests(). Call one "
       'tool per turn as <tool_call>{"name": ..., "arguments": {...}}'
       "</tool_call>. Test files are read-only. When the tests pass, reply "
       "<answer>done</answer>."
@@ -1005,7 +1046,8 @@ class CodeRepairEnv(ToolEnvironment):
 
   def tools(self) -> dict[str, Tool]:
     string = {"type": "string"}
-    return {
+    line = {"type": "integer", "minimum": 1}
+    every = {
       "search_code": Tool(
         "search_code",
         "Lists the lines of project files that contain the literal text.",
@@ -1046,6 +1088,23 @@ class CodeRepairEnv(ToolEnvironment):
         },
         self._edit_file,
       ),
+      "replace_lines": Tool(
+        "replace_lines",
+        "Replaces lines start..end (1-based, inclusive, as read_file numbers "
+        "them) of a module file with `new` (test files are read-only).",
+        {
+          "type": "object",
+          "properties": {
+            "path": {**string, "minLength": 1, "maxLength": 200},
+            "start": line,
+            "end": line,
+            "new": {**string, "maxLength": 4000},
+          },
+          "required": ["path", "start", "end", "new"],
+          "additionalProperties": False,
+        },
+        self._replace_lines,
+      ),
       "run_tests": Tool(
         "run_tests",
         "Runs the project's unit tests and reports failures.",
@@ -1053,6 +1112,9 @@ class CodeRepairEnv(ToolEnvironment):
         self._run_tests,
       ),
     }
+    # One edit tool is offered: the task text and the expert name it.
+    offered = ("search_code", "read_file", self.edit_tool, "run_tests")
+    return {name: every[name] for name in offered}
 
   def _project_files(self) -> list[str]:
     assert self.task is not None
@@ -1117,6 +1179,43 @@ class CodeRepairEnv(ToolEnvironment):
     except OSError as e:
       raise ToolFailure(f"cannot write {name}: {e}") from None
     return f"Edited {name}: replaced 1 occurrence."
+
+  def _replace_lines(self, path: str, start: int, end: int, new: str) -> str:
+    assert self.sandbox is not None and self.task is not None
+    name = self._resolve(path)
+    if name in self.task.payload["tests"]:
+      raise ForbiddenError(f"{name} is a test file; test files are read-only")
+    lines = self._read_text(name).splitlines(keepends=True)
+    start, end = int(start), int(end)  # the schema allows 7.0 for 7
+    if not start <= end <= len(lines):
+      raise ToolFailure(
+        f"lines {start}-{end} are not in {name}, which has {len(lines)} "
+        "lines; need 1 <= start <= end <= that"
+      )
+    # `new` replaces the lines whole: it keeps the file's line ending after
+    # it, and an empty `new` deletes them.
+    ending = "\n" if lines[end - 1].endswith("\n") else ""
+    written = [new.removesuffix("\n") + ending] if new else []
+    text = "".join(lines[: start - 1] + written + lines[end:])
+    try:
+      self.sandbox.write_file(name, text)
+    except ValueError as e:
+      raise ForbiddenError(f"cannot write {name}: {e}") from None
+    except OSError as e:
+      raise ToolFailure(f"cannot write {name}: {e}") from None
+    shown = new.removesuffix("\n").splitlines() if new else []
+    head = (
+      f"Edited {name}: replaced lines {start}-{end} with {len(shown)} "
+      f"line{'' if len(shown) == 1 else 's'}"
+    )
+    if not shown:
+      return head + "."
+    echo = [
+      f"{i:4d}| {line}" for i, line in enumerate(shown[:_MAX_ECHO_LINES], start)
+    ]
+    if len(shown) > _MAX_ECHO_LINES:
+      echo.append(f"     ... {len(shown) - _MAX_ECHO_LINES} more lines")
+    return head + ":\n" + "\n".join(echo)
 
   def _run_tests(self) -> str:
     assert self.sandbox is not None and self.task is not None

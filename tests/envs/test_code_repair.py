@@ -193,6 +193,91 @@ def test_broken_and_hostile_project_code(env):
   assert r.reward_components == {"success": 0.0}
 
 
+@pytest.fixture(scope="module")
+def line_env():
+  e = make("code_repair", edit_tool="replace_lines")
+  yield e
+  e.close()
+
+
+def test_replace_lines_expert_reaches_the_edit_file_experts_code(env, line_env):
+  for difficulty in (0, 1, 3):
+    for seed in range(3):
+      task = generate_task(seed, difficulty)
+      env.reset(task)
+      line_env.reset(task)
+      by_text = [env.step(a) for a in expert_actions(task)]
+      by_line = [line_env.step(a) for a in line_env.expert_actions(task)]
+      assert [r.failure for r in by_line] == [None] * 5
+      assert "replace_lines" in line_env.expert_actions(task)[2]
+      # Same code after the edit, same rewards on every turn.
+      assert by_line[2].state_key == by_text[2].state_key
+      assert [r.reward_components for r in by_line] == [
+        r.reward_components for r in by_text
+      ]
+
+
+def test_replace_lines_edits_by_number(line_env):
+  task = generate_task(0, 0)  # utils.py: 13 lines, newline-terminated
+  path = task.payload["bug"]["path"]
+  original = task.payload["files"][path]
+  lines = original.splitlines(keepends=True)
+  assert len(lines) == 13 and original.endswith("\n")
+
+  def replace(start, end, new):
+    return line_env.step(
+      _tool("replace_lines", path=path, start=start, end=end, new=new)
+    )
+
+  def text():
+    return line_env.sandbox.read_file(path)
+
+  line_env.reset(task)
+  assert "replace_lines(path, start, end, new)" in line_env.reset(task)
+  assert "edit_file" not in line_env.reset(task)
+  # Two lines become three; the echo numbers them from `start`.
+  r = replace(2, 3, "# a\n# b\n# c")
+  assert r.failure is None
+  assert r.observation.count("|") == 3 and "   4| # c" in r.observation
+  assert text() == "".join(lines[:1] + ["# a\n# b\n# c\n"] + lines[3:])
+  # A trailing newline in `new` adds no blank line; the last line keeps
+  # the file's final newline.
+  line_env.reset(task)
+  assert replace(13, 13, "    return 1\n").failure is None
+  assert text() == "".join(lines[:12]) + "    return 1\n"
+  # Empty `new` deletes the lines.
+  line_env.reset(task)
+  r = replace(1, 3, "")
+  assert r.failure is None and "with 0 lines." in r.observation
+  assert text() == "".join(lines[3:])
+  # An integral float is a line number; bad ranges name the file's length.
+  line_env.reset(task)
+  assert replace(1.0, 1.0, lines[0]).failure is None
+  assert text() == original
+  for start, end in [(5, 4), (13, 14)]:
+    r = replace(start, end, "x")
+    assert r.failure == FailureCode.TOOL_ERROR
+    assert "has 13 lines" in r.observation
+  for start, end in [(0, 1), (True, 1), ("1", 1), (1.5, 2)]:
+    assert replace(start, end, "x").failure == FailureCode.BAD_ARGUMENTS
+  test_file = next(iter(task.payload["tests"]))
+  r = line_env.step(
+    _tool("replace_lines", path=test_file, start=1, end=1, new="pass")
+  )
+  assert r.failure == FailureCode.FORBIDDEN
+  assert text() == original
+  # Only the configured edit tool is offered.
+  r = line_env.step(_tool("edit_file", path=path, old="a", new="b"))
+  assert r.failure == FailureCode.UNKNOWN_TOOL
+
+
+def test_an_unknown_edit_tool_is_a_config_error():
+  with pytest.raises(ValueError, match="edit_tool must be one of"):
+    make("code_repair", edit_tool="sed")
+  with pytest.raises(ValueError, match="edit_tool must be one of"):
+    expert_actions(generate_task(0, 0), "sed")
+
+
 def test_finish_on_pass():
   env = CodeRepairEnv(finish_on_pass=True)
   task = generate_task(5, 1)
