@@ -40,6 +40,13 @@ rest). Like ``success`` it cannot be earned by special-casing the visible
 tests. With ``hidden_checks=False``, or a task stored without that count,
 it follows the visible tests instead.
 
+The scripted expert (`expert_actions`, for SFT demonstrations) by default
+acts only on what its observations showed: it runs the tests first, and
+their failures name the function to search for. ``expert="oracle"`` starts
+at that search instead, with a name the task text does not give (the expert
+of the runs in `experiments/code_repair_sft/` before 2026-12-05's third
+part).
+
 `state_key` hashes the module files' contents: two trajectories that reached
 the same code share a key, however they got there.
 """
@@ -666,6 +673,7 @@ def _host_pass_count(
 
 
 EDIT_TOOLS = ("edit_file", "replace_lines")
+EXPERTS = ("tests_first", "oracle")
 
 
 def buggy_line_number(task: Task) -> int:
@@ -675,12 +683,19 @@ def buggy_line_number(task: Task) -> int:
   return lines.index(bug["buggy_line"]) + 1
 
 
-def expert_actions(task: Task, edit_tool: str = "edit_file") -> list[str]:
+def expert_actions(
+  task: Task, edit_tool: str = "edit_file", expert: str = "tests_first"
+) -> list[str]:
   """A scripted expert: the action texts that fix the task's bug.
 
-  Looks the function up, reads its file, replaces the buggy line with
-  `edit_tool`, checks the tests and answers. Used for SFT demonstrations
-  and tests.
+  `tests_first` acts only on what it has seen: it runs the tests, whose
+  failures name the buggy function; searches for that function; reads the
+  file the search found; replaces the buggy line with `edit_tool`; checks
+  the tests and answers (six turns). `oracle` starts at the search, for a
+  function name the task text does not give (five turns): a policy that
+  imitates it has to guess the name, and where the guess is wrong the
+  search's answer is one no demonstration showed. Used for SFT
+  demonstrations and tests.
   """
   bug = task.payload["bug"]
   if edit_tool == "edit_file":
@@ -699,8 +714,21 @@ def expert_actions(task: Task, edit_tool: str = "edit_file") -> list[str]:
     }
   else:
     raise ValueError(f"edit_tool must be one of {EDIT_TOOLS}: {edit_tool!r}")
-  return [
-    "<think>Some tests fail. Find the function they exercise.</think>"
+  if expert not in EXPERTS:
+    raise ValueError(f"expert must be one of {EXPERTS}: {expert!r}")
+  look = (
+    ["<think>Run the tests to see what fails.</think>"
+     + format_tool_call("run_tests", {})]
+    if expert == "tests_first"
+    else []
+  )  # fmt: skip
+  find = (
+    "<think>The failing tests call this function; find it.</think>"
+    if expert == "tests_first"
+    else "<think>Some tests fail. Find the function they exercise.</think>"
+  )
+  return look + [
+    find
     + format_tool_call("search_code", {"pattern": f"def {bug['function']}("}),
     "<think>Read the module that defines it.</think>"
     + format_tool_call("read_file", {"path": bug["path"]}),
@@ -977,11 +1005,16 @@ class CodeRepairEnv(ToolEnvironment):
     finish_on_pass: bool = False,
     hidden_checks: bool = True,
     edit_tool: str = "edit_file",
+    expert: str = "tests_first",
     **kwargs: Any,
   ):
     if edit_tool not in EDIT_TOOLS:
       raise ValueError(
         f"code_repair: edit_tool must be one of {EDIT_TOOLS}, got {edit_tool!r}"
+      )
+    if expert not in EXPERTS:
+      raise ValueError(
+        f"code_repair: expert must be one of {EXPERTS}, got {expert!r}"
       )
     kwargs.setdefault("tool_timeout_s", test_timeout_s + 5.0)
     super().__init__(max_turns=max_turns, protocol="tool_call", **kwargs)
@@ -989,6 +1022,7 @@ class CodeRepairEnv(ToolEnvironment):
     self.finish_on_pass = finish_on_pass
     self.hidden_checks = hidden_checks
     self.edit_tool = edit_tool
+    self.expert = expert
     self.task: Task | None = None
     self.sandbox: Sandbox | None = None
     self.best_passed = 0
@@ -1001,7 +1035,7 @@ class CodeRepairEnv(ToolEnvironment):
     return generate_task(seed, difficulty)
 
   def expert_actions(self, task: Task) -> list[str]:
-    return expert_actions(task, self.edit_tool)
+    return expert_actions(task, self.edit_tool, self.expert)
 
   def reset(self, task: Task, seed: int = 0) -> str:
     del seed  # the task fully determines the episode

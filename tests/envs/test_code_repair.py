@@ -70,7 +70,7 @@ def test_expert_solves_generated_tasks(env, difficulty):
     # Progress follows the held-out checks: the fix earns every check the
     # bug failed, as a fraction of all of them.
     checks = len(task.payload["hidden"])
-    progress = results[3].reward_components["progress"]
+    progress = results[-2].reward_components["progress"]
     assert progress == pytest.approx(
       (checks - task.payload["initial_hidden_passed"]) / checks
     )
@@ -208,10 +208,10 @@ def test_replace_lines_expert_reaches_the_edit_file_experts_code(env, line_env):
       line_env.reset(task)
       by_text = [env.step(a) for a in expert_actions(task)]
       by_line = [line_env.step(a) for a in line_env.expert_actions(task)]
-      assert [r.failure for r in by_line] == [None] * 5
-      assert "replace_lines" in line_env.expert_actions(task)[2]
+      assert [r.failure for r in by_line] == [None] * len(by_line)
+      assert "replace_lines" in line_env.expert_actions(task)[-3]
       # Same code after the edit, same rewards on every turn.
-      assert by_line[2].state_key == by_text[2].state_key
+      assert by_line[-3].state_key == by_text[-3].state_key
       assert [r.reward_components for r in by_line] == [
         r.reward_components for r in by_text
       ]
@@ -271,18 +271,57 @@ def test_replace_lines_edits_by_number(line_env):
   assert r.failure == FailureCode.UNKNOWN_TOOL
 
 
-def test_an_unknown_edit_tool_is_a_config_error():
+def test_an_unknown_edit_tool_or_expert_is_a_config_error():
   with pytest.raises(ValueError, match="edit_tool must be one of"):
     make("code_repair", edit_tool="sed")
   with pytest.raises(ValueError, match="edit_tool must be one of"):
     expert_actions(generate_task(0, 0), "sed")
+  with pytest.raises(ValueError, match="expert must be one of"):
+    make("code_repair", expert="psychic")
+  with pytest.raises(ValueError, match="expert must be one of"):
+    expert_actions(generate_task(0, 0), expert="psychic")
+
+
+@pytest.mark.parametrize("edit_tool", code_repair.EDIT_TOOLS)
+def test_the_default_expert_acts_only_on_what_it_has_seen(edit_tool):
+  # Each argument the expert copies (the function it searches for, the file
+  # it reads, the line it edits) appeared in an observation before the call;
+  # only the fixed text is its own. The oracle's search name is in no
+  # observation before it: a policy imitating it would have to guess.
+  env = CodeRepairEnv(edit_tool=edit_tool)
+  for difficulty in range(5):
+    for seed in range(4):
+      task = generate_task(seed, difficulty)
+      bug = task.payload["bug"]
+      seen = env.reset(task)
+      assert f"def {bug['function']}(" not in seen
+      oracle = expert_actions(task, edit_tool, expert="oracle")
+      assert len(oracle) == 5 and f"def {bug['function']}(" in oracle[0]
+      actions = env.expert_actions(task)
+      assert len(actions) == 6 and '"name": "run_tests"' in actions[0]
+      line = code_repair.buggy_line_number(task)
+      copied = {
+        2: bug["function"],  # 1-based turn: what it must have seen
+        3: bug["path"],
+        4: bug["buggy_line"]
+        if edit_tool == "edit_file"
+        else f"{line:4d}| {bug['buggy_line']}",
+      }
+      for turn, action in enumerate(actions, 1):
+        if turn in copied:
+          assert copied[turn] in seen, (task.id, turn)
+        r = env.step(action)
+        assert r.failure is None, (task.id, turn, r)
+        seen += r.observation
+      assert r.reward_components == {"success": 1.0}
+  env.close()
 
 
 def test_finish_on_pass():
   env = CodeRepairEnv(finish_on_pass=True)
   task = generate_task(5, 1)
   env.reset(task)
-  results = [env.step(a) for a in expert_actions(task)[:4]]
+  results = [env.step(a) for a in expert_actions(task)[:-1]]
   assert results[-1].done
   assert results[-1].reward_components["success"] == 1.0
   env.close()
@@ -290,9 +329,10 @@ def test_finish_on_pass():
 
 def test_finish_on_pass_on_the_last_turn_is_no_budget_failure():
   task = generate_task(0, 0)
-  env = CodeRepairEnv(finish_on_pass=True, max_turns=4)
+  actions = expert_actions(task)[:-1]  # the answer is not needed
+  env = CodeRepairEnv(finish_on_pass=True, max_turns=len(actions))
   env.reset(task)
-  results = [env.step(a) for a in expert_actions(task)[:4]]
+  results = [env.step(a) for a in actions]
   env.close()
   last = results[-1]
   assert last.done and last.failure is None
@@ -337,7 +377,7 @@ def test_project_code_cannot_fake_the_verdict():
     assert r.info["tests_passed"] < r.info["tests_total"], name
   # Output from project code does not disturb an honest report.
   env.reset(task)
-  for a in expert_actions(task)[:3]:
+  for a in expert_actions(task)[:-2]:
     env.step(a)
   _edit_first_line(env, task, "import os\nos.write(1, b'noise')\nprint(1)\n")
   r = env.step("<answer>done</answer>")
@@ -379,7 +419,7 @@ def test_results_that_claim_equality_do_not_pass():
     assert r.info["hidden_passed"] == 0 < r.info["hidden_total"], name
   # The real fix still passes.
   env.reset(task)
-  for a in expert_actions(task)[:3]:
+  for a in expert_actions(task)[:-2]:
     env.step(a)
   r = env.step("<answer>done</answer>")
   assert r.reward_components == {"success": 1.0}, r
@@ -535,7 +575,7 @@ def test_held_out_checks_fail_a_project_that_special_cases_the_tests(seed):
   assert r.done and r.reward_components["success"] == 0.0
   assert "Held-out checks" in r.observation
   env.reset(task)
-  results = [env.step(a) for a in expert_actions(task)[:4]]
+  results = [env.step(a) for a in expert_actions(task)[:-1]]
   assert results[-1].done and results[-1].reward_components["success"] == 1.0
   env.close()
 
@@ -607,7 +647,7 @@ def test_a_task_stored_before_held_out_checks_is_scored_on_its_tests(env):
   assert results[-1].info["hidden_total"] == 0
   total = len(task.payload["test_ids"])
   on_tests = (total - task.payload["initial_passed"]) / total
-  assert results[3].reward_components["progress"] == pytest.approx(on_tests)
+  assert results[-2].reward_components["progress"] == pytest.approx(on_tests)
   # Checks stored without the count the bug passes: scored on them, but
   # progress follows the tests.
   older = dataclasses.replace(
@@ -620,7 +660,7 @@ def test_a_task_stored_before_held_out_checks_is_scored_on_its_tests(env):
   results = [env.step(a) for a in expert_actions(older)]
   assert results[-1].reward_components == {"success": 1.0}
   assert results[-1].info["hidden_total"] == len(task.payload["hidden"])
-  assert results[3].reward_components["progress"] == pytest.approx(on_tests)
+  assert results[-2].reward_components["progress"] == pytest.approx(on_tests)
 
 
 def test_forbidden_project_code_keeps_its_code_on_answer(env):

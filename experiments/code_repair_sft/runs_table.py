@@ -1,6 +1,6 @@
-"""Per-step table of the RL learning-rate warm-up runs (this folder's README).
+"""Per-step table of this folder's RL runs (see its README).
 
-  python experiments/code_repair_sft/warmup_table.py \
+  python experiments/code_repair_sft/runs_table.py \
       runs/code_repair/rl10_warm0 runs/code_repair/rl10_warm10 \
       [--json experiments/code_repair_sft/warmup.json]
 
