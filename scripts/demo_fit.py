@@ -17,7 +17,6 @@ The run is rebuilt from --config in a scratch workdir, as in
 `evaluate_checkpoints.py`; --step picks the checkpoint (0: the end of SFT).
 """
 
-import collections
 import json
 import pathlib
 import sys
@@ -26,14 +25,10 @@ import tempfile
 # The repository root: the config files import `configs`.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
-from flax import nnx  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from agentic_rl.rollout.demos import expert_trajectories  # noqa: E402
+from agentic_rl.rollout.demos import expert_trajectories, turn_fit  # noqa: E402
 from agentic_rl.train import loop  # noqa: E402
 from agentic_rl.train.checkpoint import Checkpointer  # noqa: E402
 
@@ -44,64 +39,6 @@ _TASKS = flags.DEFINE_integer("tasks", 64, "Episodes per split.")
 _BATCH = flags.DEFINE_integer("batch", 8, "Episodes per forward pass.")
 _OUT = flags.DEFINE_string("out", None, "JSON output path.")
 flags.mark_flags_as_required(["config", "source", "out"])
-
-
-@nnx.jit
-def _fit_BxL(model, tokens_BxL: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """(log-prob of each token, whether it is the argmax), aligned to the
-  token as `losses.token_logp` aligns them (position 0: 0 and True)."""
-  logp_BxLxV = jax.nn.log_softmax(model(tokens_BxL).astype(jnp.float32))
-  next_BxM = tokens_BxL[:, 1:]
-  picked_BxM = jnp.take_along_axis(
-    logp_BxLxV[:, :-1], next_BxM[..., None], axis=-1
-  )[..., 0]
-  top_BxM = jnp.argmax(logp_BxLxV[:, :-1], axis=-1) == next_BxM
-  return (
-    jnp.pad(picked_BxM, ((0, 0), (1, 0))),
-    jnp.pad(top_BxM, ((0, 0), (1, 0)), constant_values=True),
-  )
-
-
-def episode_rows(trajectories) -> tuple[list[list[int]], list[list[tuple]]]:
-  """Each episode's token sequence and its action turns' [start, end)."""
-  rows, spans = [], []
-  for traj in trajectories:
-    tokens, turns = [], []
-    for turn in traj.turns:
-      tokens += turn.obs_tokens
-      turns.append((len(tokens), len(tokens) + len(turn.action_tokens)))
-      tokens += turn.action_tokens
-    rows.append(tokens)
-    spans.append(turns)
-  return rows, spans
-
-
-def turn_fit(model, trajectories, pad_id: int, batch: int) -> list[dict]:
-  """Per turn index: episodes, tokens, NLL per token, fraction exact."""
-  rows, spans = episode_rows(trajectories)
-  length = max(map(len, rows))  # one shape: one compilation
-  nll = collections.defaultdict(list)
-  exact = collections.defaultdict(list)
-  for i in range(0, len(rows), batch):
-    chunk = rows[i : i + batch]
-    tokens_BxL = np.full((batch, length), pad_id, np.int32)
-    for r, row in enumerate(chunk):
-      tokens_BxL[r, : len(row)] = row  # right padding: causal, so inert
-    logp_BxL, top_BxL = map(np.asarray, _fit_BxL(model, tokens_BxL))
-    for r in range(len(chunk)):
-      for k, (a, b) in enumerate(spans[i + r]):
-        nll[k].append(-logp_BxL[r, a:b])
-        exact[k].append(bool(top_BxL[r, a:b].all()))
-  return [
-    {
-      "turn": k + 1,
-      "episodes": len(exact[k]),
-      "tokens": int(sum(map(len, nll[k]))),
-      "nll_per_token": float(np.concatenate(nll[k]).mean()),
-      "exact": float(np.mean(exact[k])),
-    }
-    for k in sorted(nll)
-  ]
 
 
 def main(argv):

@@ -9,9 +9,15 @@ from a policy rollout only in who chose the actions.
 
 from __future__ import annotations
 
+import collections
 import inspect
 import sys
 from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
 
 from agentic_rl.envs.base import Environment
 from agentic_rl.envs.parsing import PROTOCOLS, parse_action
@@ -103,3 +109,76 @@ def expert_trajectories(
       traj if reward_stack is None else reward_stack.score_trajectory(traj)
     )
   return demos
+
+
+# ---------------------------------------------------------------------------
+# How closely a model imitates demonstrations, turn by turn.
+
+
+@nnx.jit
+def _fit_BxL(model, tokens_BxL: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """(log-prob of each token, whether it is the argmax), aligned to the
+  token as `losses.token_logp` aligns them (position 0: 0 and True)."""
+  logp_BxLxV = jax.nn.log_softmax(model(tokens_BxL).astype(jnp.float32))
+  next_BxM = tokens_BxL[:, 1:]
+  picked_BxM = jnp.take_along_axis(
+    logp_BxLxV[:, :-1], next_BxM[..., None], axis=-1
+  )[..., 0]
+  top_BxM = jnp.argmax(logp_BxLxV[:, :-1], axis=-1) == next_BxM
+  return (
+    jnp.pad(picked_BxM, ((0, 0), (1, 0))),
+    jnp.pad(top_BxM, ((0, 0), (1, 0)), constant_values=True),
+  )
+
+
+def episode_rows(trajectories) -> tuple[list[list[int]], list[list[tuple]]]:
+  """Each episode's token sequence and its action turns' [start, end)."""
+  rows, spans = [], []
+  for traj in trajectories:
+    tokens, turns = [], []
+    for turn in traj.turns:
+      tokens += turn.obs_tokens
+      turns.append((len(tokens), len(tokens) + len(turn.action_tokens)))
+      tokens += turn.action_tokens
+    rows.append(tokens)
+    spans.append(turns)
+  return rows, spans
+
+
+def turn_fit(
+  model, trajectories: Sequence[Trajectory], pad_id: int, batch: int = 8
+) -> list[dict]:
+  """Teacher-forced fit of `model` to the trajectories' actions, by turn.
+
+  For each turn index k (1-based, over the episodes that reach it): the
+  episodes, the action tokens, the mean negative log-likelihood per action
+  token, and `exact`, the fraction of those turns whose every token is the
+  model's argmax given the episode so far (what greedy decoding reproduces
+  from the same history). Episodes run `batch` at a time, right-padded
+  with `pad_id` to the longest (causal attention: padding after a token
+  does not change its prediction).
+  """
+  rows, spans = episode_rows(trajectories)
+  length = max(map(len, rows))  # one shape: one compilation
+  nll = collections.defaultdict(list)
+  exact = collections.defaultdict(list)
+  for i in range(0, len(rows), batch):
+    chunk = rows[i : i + batch]
+    tokens_BxL = np.full((batch, length), pad_id, np.int32)
+    for r, row in enumerate(chunk):
+      tokens_BxL[r, : len(row)] = row  # right padding: causal, so inert
+    logp_BxL, top_BxL = map(np.asarray, _fit_BxL(model, tokens_BxL))
+    for r in range(len(chunk)):
+      for k, (a, b) in enumerate(spans[i + r]):
+        nll[k].append(-logp_BxL[r, a:b])
+        exact[k].append(bool(top_BxL[r, a:b].all()))
+  return [
+    {
+      "turn": k + 1,
+      "episodes": len(exact[k]),
+      "tokens": int(sum(map(len, nll[k]))),
+      "nll_per_token": float(np.concatenate(nll[k]).mean()),
+      "exact": float(np.mean(exact[k])),
+    }
+    for k in sorted(nll)
+  ]
