@@ -5,15 +5,18 @@ preset, CPU.
       --workdir=runs/code_repair_gigpo
 
 `arg` is read as in `configs/sokoban.py`: one estimator variant (default
-gigpo) and optionally `smoke`, `quick`, `curriculum`, `replay`. The recipe
+gigpo) and optionally `smoke`, `quick`, `curriculum`, `replay`; here also
+`tests_first` (the demonstrator, below). The recipe
 is Sokoban's; the environment, the protocol (`tool_call`) and the token
-budgets differ. An expert episode (run the tests, search for the function
-they name, read its file, edit, run the tests, answer) is six turns;
-framed and tokenized as the rollout does (a token a character, a tag one
-token), 120 of them at difficulties 0-2 took 2,032 tokens at the median
-and 2,492 at most (2,076 and 2,538 with `replace_lines`), their longest
-action (the edit) 250. So turns get `max_new_tokens=320` and contexts
-3,072 tokens, room for about two extra turns.
+budgets differ. An expert episode (search, read, edit, run the tests,
+answer) is five turns; framed and tokenized as the rollout does (a token a
+character, a tag one token), 120 of them at difficulties 0-2 took 1,559
+tokens at the median and 1,896 at most (1,606 and 1,938 with
+`replace_lines`), their longest action (the edit) 250. So turns get
+`max_new_tokens=320` and contexts 2,560 tokens, room for the three extra
+turns a policy may take. With `tests_first` (run the tests, then search
+for the function they name: six turns) the median is 2,032 and the
+longest 2,492 (2,538 with `replace_lines`): contexts 3,072 tokens, 9 turns.
 
 Rewards: `success` is the verifier's (every visible test and every held-out
 check passes, `agentic_rl/envs/code_repair.py`); the environment's
@@ -30,22 +33,36 @@ ESTIMATORS = sokoban.ESTIMATORS
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  c, smoke = sokoban.unit_success_config(arg)
+  parts = [p for p in (arg or "").split(",") if p]
+  tests_first = "tests_first" in parts
+  c, smoke = sokoban.unit_success_config(
+    ",".join(p for p in parts if p != "tests_first")
+  )
   # The task text names the four tools; SFT teaches the call format.
   # `edit_tool="replace_lines"` offers an edit by line numbers in place of
-  # edit_file's exact-text match; `expert="oracle"` is the demonstrator of
-  # the runs before 2026-12-05's third part (searching first, for a name the
-  # task does not give). Either changes the demos: a new SFT stage.
+  # edit_file's exact-text match. The arg `tests_first` demonstrates with
+  # the expert that runs the tests before it searches, instead of the one
+  # that searches at once for a name the task does not give: six turns,
+  # and longer contexts. Each choice changes the demos: a new SFT stage.
+  # (Why the default is still the oracle: experiments/code_repair_sft/.)
   c.env = {
     "name": "code_repair",
-    "options": {"edit_tool": "edit_file", "expert": "tests_first"},
+    "options": {
+      "edit_tool": "edit_file",
+      "expert": "tests_first" if tests_first else "oracle",
+    },
   }
   c.rollout.protocol = "tool_call"
-  c.rollout.max_turns = 9  # the expert's six turns plus 3
   c.rollout.max_new_tokens = 320
-  c.rollout.max_total_tokens = 3072
-  c.sampler.max_len = 3072
-  c.length_buckets = (768, 1024, 1536, 2048, 2560, 3072)
+  if tests_first:
+    c.rollout.max_turns = 9  # the expert's six turns plus 3
+    c.rollout.max_total_tokens = 3072
+    c.length_buckets = (768, 1024, 1536, 2048, 2560, 3072)
+  else:
+    c.rollout.max_turns = 8  # the expert's five turns plus 3
+    c.rollout.max_total_tokens = 2560
+    c.length_buckets = (768, 1024, 1536, 2048, 2560)
+  c.sampler.max_len = c.rollout.max_total_tokens
   c.rewards.process.signals = ("valid_action", "env:progress")
   # Memory: at 2,560 positions one layer's attention probabilities are
   # 2,560^2 floats a head and row. Sokoban's batch of 32 without remat took
@@ -66,5 +83,5 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.rl.num_microbatches = 4
   else:
     c.rollout.max_turns = 6
-    c.length_buckets = (1024, 3072)
+    c.length_buckets = (1024, c.rollout.max_total_tokens)
   return c

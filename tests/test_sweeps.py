@@ -267,7 +267,8 @@ def test_env_configs():
   assert qa.sampler.max_len == qa.length_buckets[-1]
 
 
-def test_code_repair_config_fits_its_expert_episodes():
+@pytest.mark.parametrize("arg", ["gigpo", "gigpo,tests_first"])
+def test_code_repair_config_fits_its_expert_episodes(arg):
   # The config's token budgets come from the environment: every expert
   # episode at difficulties 0-2, framed and tokenized as the rollout does,
   # fits the turn, per-turn and context budgets, and ends in success.
@@ -277,8 +278,10 @@ def test_code_repair_config_fits_its_expert_episodes():
   from agentic_rl.rollout.demos import expert_trajectory
   from agentic_rl.types import Termination
 
-  config = sweeps.load_config("configs/code_repair.py:gigpo")
+  config = sweeps.load_config(f"configs/code_repair.py:{arg}")
   assert config.env.name == "code_repair"
+  expert = "tests_first" if "tests_first" in arg else "oracle"
+  assert config.env.options.expert == expert
   assert config.rollout.protocol == "tool_call"
   assert config.sampler.max_len == config.length_buckets[-1]
   assert config.rollout.max_total_tokens <= config.sampler.max_len

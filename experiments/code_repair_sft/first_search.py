@@ -2,10 +2,10 @@
 the policy's first `search_code` call found anything.
 
   python experiments/code_repair_sft/first_search.py runs/cr2/sft_edit_file \
-      --edit_tool=edit_file --expert=oracle [--tasks=64] [--step=0]
+      [--arg=gigpo,tests_first] [--edit_tool=replace_lines] [--tasks=64]
 
-Builds the run from `configs/code_repair.py:gigpo` (with these env
-options) in a scratch workdir, restores the checkpoint, plays the first
+Builds the run from `configs/code_repair.py:<arg>` (with that edit tool)
+in a scratch workdir, restores the checkpoint, plays the first
 --tasks held-out tasks greedily (as the loop's evaluation does) and prints,
 for episodes whose first search hit a line and for those it did not (or
 that never searched), the episodes, the solved ones and their malformed
@@ -41,14 +41,13 @@ def main():
   p = argparse.ArgumentParser()
   p.add_argument("run")
   p.add_argument("--edit_tool", default="edit_file")
-  p.add_argument("--expert", default="tests_first")
+  p.add_argument("--arg", default="gigpo", help="configs/code_repair.py arg")
   p.add_argument("--tasks", type=int, default=64)
   p.add_argument("--step", type=int, default=0)
   args = p.parse_args()
   logging.set_verbosity(logging.WARNING)
-  config = sweeps.load_config("configs/code_repair.py:gigpo")
+  config = sweeps.load_config(f"configs/code_repair.py:{args.arg}")
   config.env.options.edit_tool = args.edit_tool
-  config.env.options.expert = args.expert
   with tempfile.TemporaryDirectory() as scratch:
     run = loop.setup(config, scratch)
     source = Checkpointer(str(pathlib.Path(args.run) / "checkpoints"))

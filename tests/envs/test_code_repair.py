@@ -283,19 +283,19 @@ def test_an_unknown_edit_tool_or_expert_is_a_config_error():
 
 
 @pytest.mark.parametrize("edit_tool", code_repair.EDIT_TOOLS)
-def test_the_default_expert_acts_only_on_what_it_has_seen(edit_tool):
+def test_the_tests_first_expert_acts_only_on_what_it_has_seen(edit_tool):
   # Each argument the expert copies (the function it searches for, the file
   # it reads, the line it edits) appeared in an observation before the call;
   # only the fixed text is its own. The oracle's search name is in no
   # observation before it: a policy imitating it would have to guess.
-  env = CodeRepairEnv(edit_tool=edit_tool)
+  env = CodeRepairEnv(edit_tool=edit_tool, expert="tests_first")
   for difficulty in range(5):
     for seed in range(4):
       task = generate_task(seed, difficulty)
       bug = task.payload["bug"]
       seen = env.reset(task)
       assert f"def {bug['function']}(" not in seen
-      oracle = expert_actions(task, edit_tool, expert="oracle")
+      oracle = expert_actions(task, edit_tool)  # the default
       assert len(oracle) == 5 and f"def {bug['function']}(" in oracle[0]
       actions = env.expert_actions(task)
       assert len(actions) == 6 and '"name": "run_tests"' in actions[0]
