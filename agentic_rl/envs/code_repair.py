@@ -717,17 +717,15 @@ def expert_actions(
     raise ValueError(f"edit_tool must be one of {EDIT_TOOLS}: {edit_tool!r}")
   if expert not in EXPERTS:
     raise ValueError(f"expert must be one of {EXPERTS}: {expert!r}")
-  look = (
-    ["<think>Run the tests to see what fails.</think>"
-     + format_tool_call("run_tests", {})]
-    if expert == "tests_first"
-    else []
-  )  # fmt: skip
-  find = (
-    "<think>The failing tests call this function; find it.</think>"
-    if expert == "tests_first"
-    else "<think>Some tests fail. Find the function they exercise.</think>"
-  )
+  if expert == "tests_first":
+    look = [
+      "<think>Run the tests to see what fails.</think>"
+      + format_tool_call("run_tests", {})
+    ]
+    find = "<think>The failing tests call this function; find it.</think>"
+  else:
+    look = []
+    find = "<think>Some tests fail. Find the function they exercise.</think>"
   return look + [
     find
     + format_tool_call("search_code", {"pattern": f"def {bug['function']}("}),
@@ -1194,11 +1192,25 @@ class CodeRepairEnv(ToolEnvironment):
       f"{i:4d}| {line}" for i, line in enumerate(text.splitlines(), 1)
     )
 
-  def _edit_file(self, path: str, old: str, new: str) -> str:
-    assert self.sandbox is not None and self.task is not None
+  def _editable(self, path: str) -> str:
+    """A module file's name (test files are FORBIDDEN)."""
+    assert self.task is not None
     name = self._resolve(path)
     if name in self.task.payload["tests"]:
       raise ForbiddenError(f"{name} is a test file; test files are read-only")
+    return name
+
+  def _write(self, name: str, text: str) -> None:
+    assert self.sandbox is not None
+    try:
+      self.sandbox.write_file(name, text)
+    except ValueError as e:
+      raise ForbiddenError(f"cannot write {name}: {e}") from None
+    except OSError as e:
+      raise ToolFailure(f"cannot write {name}: {e}") from None
+
+  def _edit_file(self, path: str, old: str, new: str) -> str:
+    name = self._editable(path)
     text = self._read_text(name)
     count = text.count(old)
     if count != 1:
@@ -1207,19 +1219,11 @@ class CodeRepairEnv(ToolEnvironment):
         f"`old` text {where} in {name}; it must match exactly once "
         "(copy it from read_file, without the line numbers)"
       )
-    try:
-      self.sandbox.write_file(name, text.replace(old, new, 1))
-    except ValueError as e:
-      raise ForbiddenError(f"cannot write {name}: {e}") from None
-    except OSError as e:
-      raise ToolFailure(f"cannot write {name}: {e}") from None
+    self._write(name, text.replace(old, new, 1))
     return f"Edited {name}: replaced 1 occurrence."
 
   def _replace_lines(self, path: str, start: int, end: int, new: str) -> str:
-    assert self.sandbox is not None and self.task is not None
-    name = self._resolve(path)
-    if name in self.task.payload["tests"]:
-      raise ForbiddenError(f"{name} is a test file; test files are read-only")
+    name = self._editable(path)
     lines = self._read_text(name).splitlines(keepends=True)
     start, end = int(start), int(end)  # the schema allows 7.0 for 7
     if not start <= end <= len(lines):
@@ -1231,13 +1235,7 @@ class CodeRepairEnv(ToolEnvironment):
     # it, and an empty `new` deletes them.
     ending = "\n" if lines[end - 1].endswith("\n") else ""
     written = [new.removesuffix("\n") + ending] if new else []
-    text = "".join(lines[: start - 1] + written + lines[end:])
-    try:
-      self.sandbox.write_file(name, text)
-    except ValueError as e:
-      raise ForbiddenError(f"cannot write {name}: {e}") from None
-    except OSError as e:
-      raise ToolFailure(f"cannot write {name}: {e}") from None
+    self._write(name, "".join(lines[: start - 1] + written + lines[end:]))
     shown = new.removesuffix("\n").splitlines() if new else []
     head = (
       f"Edited {name}: replaced lines {start}-{end} with {len(shown)} "

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from agentic_rl import losses
 from agentic_rl.envs.base import Environment
 from agentic_rl.envs.parsing import PROTOCOLS, parse_action
 from agentic_rl.models.tokenizer import EnvTokenizer
@@ -119,14 +120,10 @@ def expert_trajectories(
 def _fit_BxL(model, tokens_BxL: jax.Array) -> tuple[jax.Array, jax.Array]:
   """(log-prob of each token, whether it is the argmax), aligned to the
   token as `losses.token_logp` aligns them (position 0: 0 and True)."""
-  logp_BxLxV = jax.nn.log_softmax(model(tokens_BxL).astype(jnp.float32))
-  next_BxM = tokens_BxL[:, 1:]
-  picked_BxM = jnp.take_along_axis(
-    logp_BxLxV[:, :-1], next_BxM[..., None], axis=-1
-  )[..., 0]
-  top_BxM = jnp.argmax(logp_BxLxV[:, :-1], axis=-1) == next_BxM
+  logits_BxLxV = model(tokens_BxL)
+  top_BxM = jnp.argmax(logits_BxLxV[:, :-1], axis=-1) == tokens_BxL[:, 1:]
   return (
-    jnp.pad(picked_BxM, ((0, 0), (1, 0))),
+    losses.token_logp(logits_BxLxV, tokens_BxL),
     jnp.pad(top_BxM, ((0, 0), (1, 0)), constant_values=True),
   )
 
