@@ -985,6 +985,9 @@ def run_test_suite(
 # ---------------------------------------------------------------------------
 # The environment.
 
+# A project file longer than this is shown cut (read_file says so) and the
+# edit tools refuse it, and refuse an edit that would make a file longer:
+# an edit writes the whole file back, so it must have read it whole.
 _MAX_READ_CHARS = 20000
 _MAX_ECHO_LINES = 10  # replace_lines shows at most this many written lines
 
@@ -1168,9 +1171,10 @@ class CodeRepairEnv(ToolEnvironment):
     return name
 
   def _read_text(self, name: str) -> str:
+    """The file's first _MAX_READ_CHARS + 1 characters: longer means cut."""
     assert self.sandbox is not None
     try:
-      return self.sandbox.read_file(name)[:_MAX_READ_CHARS]
+      return self.sandbox.read_file(name, max_chars=_MAX_READ_CHARS + 1)
     except ValueError as e:  # a symlink or FIFO planted by project code
       raise ForbiddenError(str(e)) from None
     except (OSError, UnicodeDecodeError) as e:
@@ -1179,7 +1183,8 @@ class CodeRepairEnv(ToolEnvironment):
   def _search_code(self, pattern: str) -> str:
     hits = []
     for name in self._project_files():
-      for i, line in enumerate(self._read_text(name).splitlines(), 1):
+      text = self._read_text(name)[:_MAX_READ_CHARS]
+      for i, line in enumerate(text.splitlines(), 1):
         if pattern in line:
           hits.append(f"{name}:{i}: {line}")
     if not hits:
@@ -1187,10 +1192,18 @@ class CodeRepairEnv(ToolEnvironment):
     return "\n".join(hits[:50])
 
   def _read_file(self, path: str) -> str:
-    text = self._read_text(self._resolve(path))
-    return "\n".join(
-      f"{i:4d}| {line}" for i, line in enumerate(text.splitlines(), 1)
+    name = self._resolve(path)
+    text = self._read_text(name)
+    shown = "\n".join(
+      f"{i:4d}| {line}"
+      for i, line in enumerate(text[:_MAX_READ_CHARS].splitlines(), 1)
     )
+    if len(text) > _MAX_READ_CHARS:  # said first: the tool output is capped
+      shown = (
+        f"[{name} is longer than {_MAX_READ_CHARS} characters: it is shown "
+        "cut, and the edit tools refuse it]\n" + shown
+      )
+    return shown
 
   def _editable(self, path: str) -> str:
     """A module file's name (test files are FORBIDDEN)."""
@@ -1200,8 +1213,23 @@ class CodeRepairEnv(ToolEnvironment):
       raise ForbiddenError(f"{name} is a test file; test files are read-only")
     return name
 
+  def _whole_text(self, name: str) -> str:
+    """The whole file, for an edit to write back (too long: ToolFailure)."""
+    text = self._read_text(name)
+    if len(text) > _MAX_READ_CHARS:
+      raise ToolFailure(
+        f"{name} is longer than {_MAX_READ_CHARS} characters; the edit "
+        "tools only edit files they can read whole"
+      )
+    return text
+
   def _write(self, name: str, text: str) -> None:
     assert self.sandbox is not None
+    if len(text) > _MAX_READ_CHARS:
+      raise ToolFailure(
+        f"the edit would make {name} {len(text)} characters long, over the "
+        f"{_MAX_READ_CHARS}-character limit; {name} is unchanged"
+      )
     try:
       self.sandbox.write_file(name, text)
     except ValueError as e:
@@ -1211,7 +1239,7 @@ class CodeRepairEnv(ToolEnvironment):
 
   def _edit_file(self, path: str, old: str, new: str) -> str:
     name = self._editable(path)
-    text = self._read_text(name)
+    text = self._whole_text(name)
     count = text.count(old)
     if count != 1:
       where = "not found" if count == 0 else f"found {count} times"
@@ -1224,7 +1252,7 @@ class CodeRepairEnv(ToolEnvironment):
 
   def _replace_lines(self, path: str, start: int, end: int, new: str) -> str:
     name = self._editable(path)
-    lines = self._read_text(name).splitlines(keepends=True)
+    lines = self._whole_text(name).splitlines(keepends=True)
     start, end = int(start), int(end)  # the schema allows 7.0 for 7
     if not start <= end <= len(lines):
       raise ToolFailure(

@@ -663,12 +663,13 @@ class Sandbox:
     self._give_to_child(full)
     return full
 
-  def read_file(self, relative: str) -> str:
-    """Reads a regular file in the sandbox (ValueError: escapes or is not a
-    regular file; OSError: cannot read)."""
+  def read_file(self, relative: str, max_chars: int | None = None) -> str:
+    """Reads a regular file in the sandbox, or its first `max_chars`
+    characters (ValueError: escapes or is not a regular file; OSError:
+    cannot read)."""
     fd = self._open_regular(self.path(relative), os.O_RDONLY)
     with open(fd, encoding="utf-8") as f:
-      return f.read()
+      return f.read(-1 if max_chars is None else max_chars)
 
   def _give_to_child(self, start: Path) -> None:
     """Makes host-written files owned (so writable) by the sandbox uid."""

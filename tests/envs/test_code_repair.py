@@ -271,6 +271,58 @@ def test_replace_lines_edits_by_number(line_env):
   assert r.failure == FailureCode.UNKNOWN_TOOL
 
 
+@pytest.mark.parametrize("edit_tool", code_repair.EDIT_TOOLS)
+def test_edits_never_cut_a_file_longer_than_a_read(edit_tool):
+  # An edit writes the whole file back, so it must have read it whole: a
+  # file over the read limit is refused, as is an edit that would make one,
+  # and read_file says where it cut. Nothing in the file is lost.
+  limit = code_repair._MAX_READ_CHARS
+  env = CodeRepairEnv(edit_tool=edit_tool)
+  task = generate_task(0, 0)
+  bug = task.payload["bug"]
+  path, buggy, fixed = bug["path"], bug["buggy_line"], bug["fixed_line"]
+  line = 1 + task.payload["files"][path].splitlines().index(buggy)
+
+  def edit(new_line):
+    if edit_tool == "edit_file":
+      call = _tool("edit_file", path=path, old=buggy, new=new_line)
+    else:
+      call = _tool(
+        "replace_lines", path=path, start=line, end=line, new=new_line
+      )
+    return env.step(call)
+
+  try:
+    env.reset(task)
+    long = task.payload["files"][path] + "# pad\n" * (limit // 6 + 1)
+    assert len(long) > limit
+    env.sandbox.write_file(path, long)
+    r = env.step(_tool("read_file", path=path))
+    assert r.failure is None
+    assert f"[{path} is longer than {limit} characters" in r.observation
+    r = edit(fixed)
+    assert r.failure == FailureCode.TOOL_ERROR
+    assert f"longer than {limit} characters" in r.observation
+    assert env.sandbox.read_file(path) == long
+    # Just under the limit, an edit that would cross it is refused; one
+    # that stays under goes through.
+    short = task.payload["files"][path]
+    room = limit - len(short) - (len(fixed) - len(buggy))
+    fits = short + "#" * (room - 1) + "\n"
+    assert len(fits.replace(buggy, fixed)) == limit
+    env.sandbox.write_file(path, fits)
+    r = env.step(_tool("read_file", path=path))
+    assert r.failure is None and "longer than" not in r.observation
+    r = edit(fixed + "  # one comment too many")
+    assert r.failure == FailureCode.TOOL_ERROR
+    assert f"{path} is unchanged" in r.observation
+    assert env.sandbox.read_file(path) == fits
+    assert edit(fixed).failure is None
+    assert env.sandbox.read_file(path) == fits.replace(buggy, fixed)
+  finally:
+    env.close()
+
+
 def test_an_unknown_edit_tool_or_expert_is_a_config_error():
   with pytest.raises(ValueError, match="edit_tool must be one of"):
     make("code_repair", edit_tool="sed")
