@@ -267,8 +267,15 @@ def test_env_configs():
   assert qa.sampler.max_len == qa.length_buckets[-1]
 
 
-@pytest.mark.parametrize("arg", ["gigpo", "gigpo,tests_first"])
-def test_code_repair_config_fits_its_expert_episodes(arg):
+@pytest.mark.parametrize(
+  ("arg", "expert"),
+  [
+    ("gigpo", "oracle"),
+    ("gigpo,tests_first", "tests_first"),
+    ("read_all",) * 2,
+  ],
+)
+def test_code_repair_config_fits_its_expert_episodes(arg, expert):
   # The config's token budgets come from the environment: every expert
   # episode at difficulties 0-2, framed and tokenized as the rollout does,
   # fits the turn, per-turn and context budgets, and ends in success.
@@ -280,7 +287,6 @@ def test_code_repair_config_fits_its_expert_episodes(arg):
 
   config = sweeps.load_config(f"configs/code_repair.py:{arg}")
   assert config.env.name == "code_repair"
-  expert = "tests_first" if "tests_first" in arg else "oracle"
   assert config.env.options.expert == expert
   assert config.rollout.protocol == "tool_call"
   assert config.sampler.max_len == config.length_buckets[-1]

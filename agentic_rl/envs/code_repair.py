@@ -674,7 +674,7 @@ def _host_pass_count(
 
 
 EDIT_TOOLS = ("edit_file", "replace_lines")
-EXPERTS = ("tests_first", "oracle")
+EXPERTS = ("tests_first", "read_all", "oracle")
 
 
 def buggy_line_number(task: Task) -> int:
@@ -692,11 +692,13 @@ def expert_actions(
   `tests_first` acts only on what it has seen: it runs the tests, whose
   failures name the buggy function; searches for that function; reads the
   file the search found; replaces the buggy line with `edit_tool`; checks
-  the tests and answers (six turns). `oracle` starts at the search, for a
-  function name the task text does not give (five turns): a policy that
-  imitates it has to guess the name, and where the guess is wrong the
-  search's answer is one no demonstration showed. Used for SFT
-  demonstrations and tests.
+  the tests and answers (six turns). `read_all` reads every module the
+  task text lists (test files aside, in the listed order), then edits,
+  checks and answers: no search, four turns where the project has one
+  module. `oracle` starts at the search, for a function name the task
+  text does not give (five turns): a policy that imitates it has to guess
+  the name, and where the guess is wrong the search's answer is one no
+  demonstration showed. Used for SFT demonstrations and tests.
   """
   bug = task.payload["bug"]
   if edit_tool == "edit_file":
@@ -717,20 +719,29 @@ def expert_actions(
     raise ValueError(f"edit_tool must be one of {EDIT_TOOLS}: {edit_tool!r}")
   if expert not in EXPERTS:
     raise ValueError(f"expert must be one of {EXPERTS}: {expert!r}")
-  if expert == "tests_first":
+  if expert == "read_all":
     look = [
-      "<think>Run the tests to see what fails.</think>"
-      + format_tool_call("run_tests", {})
+      "<think>Read the module.</think>"
+      + format_tool_call("read_file", {"path": name})
+      for name in sorted(task.payload["files"])  # the modules; tests apart
     ]
-    find = "<think>The failing tests call this function; find it.</think>"
   else:
-    look = []
-    find = "<think>Some tests fail. Find the function they exercise.</think>"
+    if expert == "tests_first":
+      look = [
+        "<think>Run the tests to see what fails.</think>"
+        + format_tool_call("run_tests", {})
+      ]
+      find = "<think>The failing tests call this function; find it.</think>"
+    else:
+      look = []
+      find = "<think>Some tests fail. Find the function they exercise.</think>"
+    look += [
+      find
+      + format_tool_call("search_code", {"pattern": f"def {bug['function']}("}),
+      "<think>Read the module that defines it.</think>"
+      + format_tool_call("read_file", {"path": bug["path"]}),
+    ]
   return look + [
-    find
-    + format_tool_call("search_code", {"pattern": f"def {bug['function']}("}),
-    "<think>Read the module that defines it.</think>"
-    + format_tool_call("read_file", {"path": bug["path"]}),
     f"<think>This line is wrong ({bug['kind'].replace('_', ' ')}); fix it."
     "</think>" + format_tool_call(edit_tool, edit),
     "<think>Check the fix.</think>" + format_tool_call("run_tests", {}),

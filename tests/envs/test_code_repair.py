@@ -17,7 +17,7 @@ from agentic_rl.envs.code_repair import (
   expert_actions,
   generate_task,
 )
-from agentic_rl.envs.parsing import format_tool_call
+from agentic_rl.envs.parsing import format_tool_call, parse_tool_call
 from agentic_rl.types import FailureCode, Task
 
 
@@ -335,12 +335,13 @@ def test_an_unknown_edit_tool_or_expert_is_a_config_error():
 
 
 @pytest.mark.parametrize("edit_tool", code_repair.EDIT_TOOLS)
-def test_the_tests_first_expert_acts_only_on_what_it_has_seen(edit_tool):
-  # Each argument the expert copies (the function it searches for, the file
-  # it reads, the line it edits) appeared in an observation before the call;
-  # only the fixed text is its own. The oracle's search name is in no
-  # observation before it: a policy imitating it would have to guess.
-  env = CodeRepairEnv(edit_tool=edit_tool, expert="tests_first")
+@pytest.mark.parametrize("expert", ["tests_first", "read_all"])
+def test_the_honest_experts_act_only_on_what_they_have_seen(expert, edit_tool):
+  # Each argument these experts copy (the function searched for, the file
+  # read or edited, the line replaced) appeared in an observation before
+  # the call; only the fixed text is their own. The oracle's search name is
+  # in no observation before it: a policy imitating it would have to guess.
+  env = CodeRepairEnv(edit_tool=edit_tool, expert=expert)
   for difficulty in range(5):
     for seed in range(4):
       task = generate_task(seed, difficulty)
@@ -350,18 +351,25 @@ def test_the_tests_first_expert_acts_only_on_what_it_has_seen(edit_tool):
       oracle = expert_actions(task, edit_tool)  # the default
       assert len(oracle) == 5 and f"def {bug['function']}(" in oracle[0]
       actions = env.expert_actions(task)
-      assert len(actions) == 6 and '"name": "run_tests"' in actions[0]
-      line = code_repair.buggy_line_number(task)
-      copied = {
-        2: bug["function"],  # 1-based turn: what it must have seen
-        3: bug["path"],
-        4: bug["buggy_line"]
-        if edit_tool == "edit_file"
-        else f"{line:4d}| {bug['buggy_line']}",
-      }
+      calls = [parse_tool_call(a) for a in actions]
+      tools = [c.name or c.kind for c in calls]
+      assert tools[-3:] == [edit_tool, "run_tests", "answer"]
+      if expert == "tests_first":
+        assert tools[:-3] == ["run_tests", "search_code", "read_file"]
+      else:  # every module once, in the listed order
+        assert tools[:-3] == ["read_file"] * len(task.payload["files"])
+        reads = [c.arguments["path"] for c in calls[:-3]]
+        assert reads == sorted(task.payload["files"])
       for turn, action in enumerate(actions, 1):
-        if turn in copied:
-          assert copied[turn] in seen, (task.id, turn)
+        copied = dict(parse_tool_call(action).arguments or {})
+        if "pattern" in copied:  # the name, without "def " and "("
+          copied["pattern"] = copied["pattern"][4:-1]
+        if copied.pop("new", None) is not None:
+          if edit_tool == "replace_lines":  # as read_file numbers it
+            assert copied.pop("end") == copied["start"]
+            copied["start"] = f"{copied['start']:4d}| {bug['buggy_line']}"
+        for value in copied.values():
+          assert value in seen, (task.id, turn, value)
         r = env.step(action)
         assert r.failure is None, (task.id, turn, r)
         seen += r.observation
