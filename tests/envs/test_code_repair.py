@@ -275,7 +275,7 @@ def test_replace_lines_edits_by_number(line_env):
 def test_edits_never_cut_a_file_longer_than_a_read(edit_tool):
   # An edit writes the whole file back, so it must have read it whole: a
   # file over the read limit is refused, as is an edit that would make one,
-  # and read_file says where it cut. Nothing in the file is lost.
+  # and read_file says the file is cut. Nothing in the file is lost.
   limit = code_repair._MAX_READ_CHARS
   env = CodeRepairEnv(edit_tool=edit_tool)
   task = generate_task(0, 0)
