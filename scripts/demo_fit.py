@@ -20,7 +20,6 @@ The run is rebuilt from --config in a scratch workdir, as in
 import json
 import pathlib
 import sys
-import tempfile
 
 # The repository root: the config files import `configs`.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
@@ -30,7 +29,6 @@ from ml_collections import config_flags  # noqa: E402
 
 from agentic_rl.rollout.demos import expert_trajectories, turn_fit  # noqa: E402
 from agentic_rl.train import loop  # noqa: E402
-from agentic_rl.train.checkpoint import Checkpointer  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Run config.")
 _SOURCE = flags.DEFINE_string("source", None, "Run directory.")
@@ -46,11 +44,10 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)
   config = _CONFIG.value
   n = _TASKS.value
-  with tempfile.TemporaryDirectory() as scratch:
-    run = loop.setup(config, scratch)
-    source = Checkpointer(str(pathlib.Path(_SOURCE.value) / "checkpoints"))
-    run.state, _ = source.restore(run.state, run.layout, step=_STEP.value)
-    source.close()
+  with loop.scratch_run(config) as run:
+    loop.restore_step(
+      run, pathlib.Path(_SOURCE.value) / "checkpoints", _STEP.value
+    )
     model = run.state.model.merge()
     splits = {
       "demos": loop.sft_demo_tasks(run.train_pool, config.sft)[:n],
@@ -64,8 +61,6 @@ def main(argv):
       results[split] = turn_fit(
         model, demos, run.tokenizer.eos_id, _BATCH.value
       )
-    run.checkpointer.close()
-    run.writer.close()
   print(f"{_SOURCE.value} (step {_STEP.value})")
   print("turn | demos: NLL/token, exact | held-out: NLL/token, exact")
   for d, h in zip(results["demos"], results["held_out"], strict=True):

@@ -11,13 +11,15 @@ the first --eval_tasks levels of the test split greedily.
 
 import json
 import pathlib
-import tempfile
+import sys
 
-from absl import app, flags, logging
-from ml_collections import config_flags
+# The repository root: the config files import `configs`.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from agentic_rl.train import loop
-from agentic_rl.train.checkpoint import Checkpointer
+from absl import app, flags, logging  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
+
+from agentic_rl.train import loop  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Run config.")
 _SOURCE = flags.DEFINE_string("source", None, "Checkpoint directory.")
@@ -33,11 +35,9 @@ def main(argv):
   config = _CONFIG.value
   config.tasks.eval_counts = (_TASKS.value,)
   results = {}
-  with tempfile.TemporaryDirectory() as scratch:
-    run = loop.setup(config, scratch)
-    source = Checkpointer(_SOURCE.value)
+  with loop.scratch_run(config) as run:
     for step in (int(s) for s in _STEPS.value):
-      run.state, _ = source.restore(run.state, run.layout, step=step)
+      loop.restore_step(run, _SOURCE.value, step)
       ev = loop.evaluate(run)
       results[step] = {
         k: ev[k] for k in ("success_rate", "return_mean", "turns_per_episode")
@@ -46,9 +46,6 @@ def main(argv):
         f"checkpoint {step}: success {ev['success_rate']:.4f} on "
         f"{len(run.eval_tasks)} levels, return {ev['return_mean']:.3f}"
       )
-    source.close()
-    run.checkpointer.close()
-    run.writer.close()
   out = pathlib.Path(_OUT.value)
   payload = {"source": _SOURCE.value, "eval_tasks": _TASKS.value}
   out.write_text(json.dumps({**payload, "results": results}, indent=2))

@@ -724,28 +724,29 @@ def expert_actions(
     raise ValueError(f"edit_tool must be one of {EDIT_TOOLS}: {edit_tool!r}")
   if expert not in EXPERTS:
     raise ValueError(f"expert must be one of {EXPERTS}: {expert!r}")
+
+  def search_and_read(why: str) -> list[str]:
+    pattern = f"def {bug['function']}("
+    return [
+      f"<think>{why}</think>"
+      + format_tool_call("search_code", {"pattern": pattern}),
+      "<think>Read the module that defines it.</think>"
+      + format_tool_call("read_file", {"path": bug["path"]}),
+    ]
+
   if expert == "read_all":
     look = [
       "<think>Read the module.</think>"
       + format_tool_call("read_file", {"path": name})
       for name in sorted(task.payload["files"])  # the modules; tests apart
     ]
+  elif expert == "tests_first":
+    look = [
+      "<think>Run the tests to see what fails.</think>"
+      + format_tool_call("run_tests", {})
+    ] + search_and_read("The failing tests call this function; find it.")
   else:
-    if expert == "tests_first":
-      look = [
-        "<think>Run the tests to see what fails.</think>"
-        + format_tool_call("run_tests", {})
-      ]
-      find = "<think>The failing tests call this function; find it.</think>"
-    else:
-      look = []
-      find = "<think>Some tests fail. Find the function they exercise.</think>"
-    look += [
-      find
-      + format_tool_call("search_code", {"pattern": f"def {bug['function']}("}),
-      "<think>Read the module that defines it.</think>"
-      + format_tool_call("read_file", {"path": bug["path"]}),
-    ]
+    look = search_and_read("Some tests fail. Find the function they exercise.")
   return look + [
     f"<think>This line is wrong ({bug['kind'].replace('_', ' ')}); fix it."
     "</think>" + format_tool_call(edit_tool, edit),

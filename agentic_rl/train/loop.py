@@ -42,11 +42,14 @@ exactly as if it had not stopped.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import json
 import pathlib
+import tempfile
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -636,6 +639,30 @@ def _save(run: Run) -> None:
   if run.replay is not None:
     run.host["replay"] = run.replay.state_dict()
   run.checkpointer.save(run.state, run.host, step=i, force=True)
+
+
+@contextlib.contextmanager
+def scratch_run(config) -> Iterator[Run]:
+  """`setup` in a temporary workdir, closed and deleted on exit: for
+  scripts that score other runs' checkpoints without touching them."""
+  with tempfile.TemporaryDirectory() as scratch:
+    run = setup(config, scratch)
+    try:
+      yield run
+    finally:
+      run.checkpointer.close()
+      run.writer.close()
+
+
+def restore_step(run: Run, checkpoints: str | pathlib.Path, step: int) -> None:
+  """Restores step `step` of a checkpoint directory into `run` and points
+  the samplers at it."""
+  source = Checkpointer(str(checkpoints))
+  try:
+    run.state, _ = source.restore(run.state, run.layout, step=step)
+  finally:
+    source.close()
+  _sync_policy(run)
 
 
 def _sync_policy(run: Run) -> None:

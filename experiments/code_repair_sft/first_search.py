@@ -16,7 +16,6 @@ import argparse
 import collections
 import pathlib
 import sys
-import tempfile
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
@@ -26,7 +25,6 @@ from absl import logging  # noqa: E402
 from agentic_rl import sweeps  # noqa: E402
 from agentic_rl.rollout.evaluation import Rollout  # noqa: E402
 from agentic_rl.train import loop  # noqa: E402
-from agentic_rl.train.checkpoint import Checkpointer  # noqa: E402
 from agentic_rl.types import FailureCode  # noqa: E402
 
 
@@ -48,12 +46,8 @@ def main():
   logging.set_verbosity(logging.WARNING)
   config = sweeps.load_config(f"configs/code_repair.py:{args.arg}")
   config.env.options.edit_tool = args.edit_tool
-  with tempfile.TemporaryDirectory() as scratch:
-    run = loop.setup(config, scratch)
-    source = Checkpointer(str(pathlib.Path(args.run) / "checkpoints"))
-    run.state, _ = source.restore(run.state, run.layout, step=args.step)
-    source.close()
-    loop._sync_policy(run)
+  with loop.scratch_run(config) as run:
+    loop.restore_step(run, pathlib.Path(args.run) / "checkpoints", args.step)
     r = run.rollout
     player = Rollout(
       r.samplers,
@@ -73,8 +67,6 @@ def main():
       counts[kind, "malformed calls"] += sum(
         u.failure == FailureCode.MALFORMED_CALL for u in t.turns
       )
-    run.checkpointer.close()
-    run.writer.close()
   print(f"{args.run} (step {args.step}), {len(trajectories)} held-out tasks")
   print("first search | episodes | solved | malformed calls")
   for kind in ("hit", "missed", "none"):
