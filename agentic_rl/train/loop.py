@@ -61,7 +61,7 @@ from agentic_rl import estimators, losses, machine, rewards
 from agentic_rl import sharding as shd
 from agentic_rl.data import packing, trajectory_io
 from agentic_rl.data.curriculum import SuccessRateCurriculum
-from agentic_rl.data.pool import TaskPool
+from agentic_rl.data.pool import StratifyError, TaskPool
 from agentic_rl.data.replay import ReplayBuffer
 from agentic_rl.models.config import get_preset
 from agentic_rl.models.tokenizer import build_env_tokenizer
@@ -689,11 +689,18 @@ def _mean_metrics(history: list[dict[str, float]]) -> dict[str, float]:
 def sft_demo_tasks(train_pool: TaskPool, cfg) -> list[Task]:
   """The cold start's expert tasks: the first `sft.num_demos` training
   tasks or, with `sft.demo_difficulties`, that many spread evenly over
-  those difficulties (`TaskPool.stratified`)."""
+  those difficulties (`TaskPool.stratified`). A pool with fewer tasks is a
+  StratifyError, not a smaller demo set."""
   difficulties = tuple(cfg.get("demo_difficulties") or ())
   if difficulties:
     return list(train_pool.stratified(cfg.num_demos, difficulties))
-  return list(train_pool)[: cfg.num_demos]
+  tasks = list(train_pool)
+  if len(tasks) < cfg.num_demos:
+    raise StratifyError(
+      f"sft.num_demos={cfg.num_demos}: the training pool holds "
+      f"{len(tasks)} tasks (tasks.train_counts)"
+    )
+  return tasks[: cfg.num_demos]
 
 
 def sft(run: Run) -> None:

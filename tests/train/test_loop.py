@@ -538,11 +538,18 @@ def test_sft_demos_spread_over_the_configured_difficulties(tmp_path):
   half = config.sft.num_demos // 2
   assert [t.difficulty for t in mixed] == [0] * half + [1] * half
   assert [t.id for t in mixed[:half]] == [t.id for t in first[:half]]
-  # A difficulty the pool lacks stops the run before any work.
+  # A difficulty the pool lacks stops the run before any work; so does
+  # asking for more demos than the pool holds (not a shorter demo set).
   config.sft.demo_difficulties = (0, 3)
   with pytest.raises(pool_lib.StratifyError, match="difficulty 3"):
     loop.setup(config, str(tmp_path))
+  config.sft.demo_difficulties = ()
+  config.sft.num_demos = len(train) + 1
+  with pytest.raises(pool_lib.StratifyError, match=f"holds {len(train)} tasks"):
+    loop.setup(config, str(tmp_path))
   assert not (tmp_path / "checkpoints").exists()
+  config.sft.num_demos = len(train)  # the whole pool is allowed
+  assert len(loop.sft_demo_tasks(train, config.sft)) == len(train)
   # A run that takes no demos (no SFT steps) does not check their mix.
   config.sft.steps = 0
   run = loop.setup(config, str(tmp_path))
