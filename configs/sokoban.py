@@ -20,6 +20,7 @@ both. Measured runs: experiments/sokoban_sft_rl/README.md.
 import ml_collections
 
 from agentic_rl import rewards
+from agentic_rl.models.config import SHAPE_FIELDS
 
 ESTIMATORS = {
   "grpo": {"name": "grpo"},
@@ -85,11 +86,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # (`ModelConfig.remat`), activation memory for compute in training.
   # logits_chunk: positions per chunk of the training log-probs'
   # vocabulary projection (`ModelConfig.logits_chunk`; 0: no chunks).
+  # d_model ... mlp_dim: the preset's shape where 0, else that value
+  # (`models.config.SHAPE_FIELDS`), e.g. --config.model.n_layers=8.
   c.model = {
     "preset": "tiny",
     "vocab_size": 0,
     "remat": "none",
     "logits_chunk": 0,
+    **{name: 0 for name in SHAPE_FIELDS},
   }
   c.mesh = {"shape": (1, 1, 1)}
   c.env = {

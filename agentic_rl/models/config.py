@@ -255,6 +255,13 @@ PRESETS: dict[str, ModelConfig] = {
 }
 
 
+# The fields that size a preset, which a run config's `model` section may
+# set over the preset's (`train.loop`; 0 there: the preset's value).
+SHAPE_FIELDS = (
+  "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "mlp_dim",
+)  # fmt: skip
+
+
 def get_preset(name: str, **overrides) -> ModelConfig:
   """Returns the named preset, with optional field overrides."""
   if name not in PRESETS:

@@ -63,7 +63,7 @@ from agentic_rl.data import packing, trajectory_io
 from agentic_rl.data.curriculum import SuccessRateCurriculum
 from agentic_rl.data.pool import StratifyError, TaskPool
 from agentic_rl.data.replay import ReplayBuffer
-from agentic_rl.models.config import get_preset
+from agentic_rl.models.config import SHAPE_FIELDS, get_preset
 from agentic_rl.models.tokenizer import build_env_tokenizer
 from agentic_rl.rollout import (
   Rollout,
@@ -146,12 +146,14 @@ class Run:
 def _model_config(config, tokenizer):
   # Round the vocabulary up to a multiple of 64 so the logits stay aligned.
   vocab = config.model.get("vocab_size") or -(-tokenizer.vocab_size // 64) * 64
+  shape = {k: config.model[k] for k in SHAPE_FIELDS if config.model.get(k)}
   return get_preset(
     config.model.preset,
     vocab_size=vocab,
     max_len=config.sampler.max_len,
     remat=config.model.get("remat", "none"),
     logits_chunk=config.model.get("logits_chunk", 0),
+    **shape,
   )
 
 
@@ -518,9 +520,13 @@ def config_field(config_dict: dict[str, Any], dotted: str) -> Any:
     return None  # stage off: likewise
   if dotted == "model" and config_dict:
     # Remat and logits chunks change how the loss is computed (what the
-    # backward pass keeps), not the parameters.
+    # backward pass keeps), not the parameters; a shape field at 0 is the
+    # preset's (as in configs written before those fields existed).
     return {
-      k: v for k, v in config_dict.items() if k not in ("remat", "logits_chunk")
+      k: v
+      for k, v in config_dict.items()
+      if k not in ("remat", "logits_chunk")
+      and not (k in SHAPE_FIELDS and not v)
     }
   if dotted == "sampler" and config_dict:
     # The samplers' weight layout changes speed, not what they sample.

@@ -1,5 +1,6 @@
 """End to end: the smoke config trains, checkpoints and resumes exactly."""
 
+import json
 import math
 import pathlib
 import shutil
@@ -9,9 +10,12 @@ import numpy as np
 import pytest
 from tensorboard.backend.event_processing import event_accumulator
 
-from agentic_rl import losses, machine
+from agentic_rl import losses, machine, models
+from agentic_rl import sharding as shd
 from agentic_rl.data import pool as pool_lib
 from agentic_rl.data import trajectory_io
+from agentic_rl.models.config import SHAPE_FIELDS
+from agentic_rl.models.tokenizer import build_env_tokenizer
 from agentic_rl.train import critic as critic_lib
 from agentic_rl.train import loop
 from agentic_rl.train.logging import read_jsonl
@@ -241,6 +245,52 @@ def test_warm_start_may_change_the_rl_optimizer_and_remat(sft_stage, tmp_path):
   bad.sampler.max_len += 64  # other fields of config.sampler still count
   with pytest.raises(loop.WarmStartError, match="config.sampler differs"):
     loop.setup(bad, str(tmp_path / "bad_sampler"))
+
+
+def test_model_shape_fields_size_the_model_over_its_preset(sft_stage, tmp_path):
+  """`config.model.n_layers`, `.d_model`, ... set those fields of the
+  preset (0: the preset's); the run's config.json rebuilds that shape
+  where another run loads it as a policy (`load_policy`: teachers), and
+  a warm start must agree on it. A config written before the fields
+  existed reads as one with every field 0."""
+  config = _config(0)
+  tiny = models.get_preset("tiny")
+  base = loop._model_config(config, build_env_tokenizer())
+  assert all(getattr(base, k) == getattr(tiny, k) for k in SHAPE_FIELDS)
+  changed = {"n_layers": 2, "d_model": 64, "head_dim": 16, "mlp_dim": 96}
+  config.model.update(changed)
+  shaped = loop._model_config(config, build_env_tokenizer())
+  assert {k: getattr(shaped, k) for k in SHAPE_FIELDS} == {
+    "n_heads": tiny.n_heads, "n_kv_heads": tiny.n_kv_heads, **changed
+  }  # fmt: skip
+  loop.train(config, str(tmp_path / "small"))
+  got, _, got_config, _ = loop.load_policy(
+    str(tmp_path / "small"), shd.make_mesh((1, 1, 1))
+  )
+  assert got_config.model.n_layers == 2
+  want, _ = _params(tmp_path / "small", config)
+  jax.tree.map(
+    lambda a, b: np.testing.assert_array_equal(np.asarray(a), b),
+    got.model.params,
+    want,
+  )
+  sizes = [x.size for x in jax.tree.leaves(want)]
+  tiny_sizes = [
+    x.size for x in jax.tree.leaves(_params(tmp_path / "t", _config(0))[0])
+  ]
+  assert sum(sizes) < sum(tiny_sizes) / 2
+  # Warm starts: a changed shape is a changed model; absent reads as 0.
+  source, _ = sft_stage
+  bad = _config(1)
+  bad.init_from = str(source)
+  bad.model.n_layers = 2
+  with pytest.raises(loop.WarmStartError, match="config.model differs"):
+    loop.setup(bad, str(tmp_path / "bad"))
+  ours = json.loads(_config(0).to_json_best_effort())
+  old = json.loads(_config(0).to_json_best_effort())
+  for k in SHAPE_FIELDS:
+    del old["model"][k]
+  assert loop.warm_start_mismatch(old, ours) is None
 
 
 @pytest.mark.slow
