@@ -16,7 +16,7 @@ from agentic_rl.rollout.driver import (
   env_factory_from_options,
   make_samplers,
 )
-from agentic_rl.rollout.evaluation import eval_metrics, evaluate
+from agentic_rl.rollout.evaluation import eval_metrics, evaluate, play
 from agentic_rl.rollout.metrics import (
   failure_codes,
   generated_tokens,
@@ -36,5 +36,6 @@ __all__ = [
   "failure_codes",
   "generated_tokens",
   "make_samplers",
+  "play",
   "rollout_metrics",
 ]

@@ -41,6 +41,28 @@ def evaluate(
   each tool called), throughput and per-tool count keys from
   `rollout_metrics`, and `trace/<key>` from `rewards.trace_summary`.
   """
+  trajectories, seconds = play(
+    rollout,
+    tasks,
+    key=key,
+    greedy=greedy,
+    group_size=group_size,
+    policy_version=policy_version,
+  )
+  return eval_metrics(trajectories, rollout, seconds)
+
+
+def play(
+  rollout: Rollout,
+  tasks: Sequence[Task],
+  *,
+  key: jax.Array | None = None,
+  greedy: bool = True,
+  group_size: int = 1,
+  policy_version: int = 0,
+) -> tuple[list[Trajectory], float]:
+  """The scored episodes `evaluate` plays (same arguments), and their wall
+  seconds: for scripts that look at the episodes themselves."""
   if not tasks:
     raise ValueError("evaluate needs at least one task")
   changes = {"group_size": group_size}
@@ -55,9 +77,7 @@ def evaluate(
   )
   key = jax.random.PRNGKey(0) if key is None else key
   trajectories = player.run(tasks, key, policy_version)
-  return eval_metrics(
-    trajectories, rollout, player.last_metrics.get("seconds", 0.0)
-  )
+  return trajectories, player.last_metrics.get("seconds", 0.0)
 
 
 def eval_metrics(

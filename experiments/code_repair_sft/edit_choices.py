@@ -30,11 +30,10 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
-import jax  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from agentic_rl.rollout.driver import Rollout  # noqa: E402
+from agentic_rl.rollout.evaluation import play  # noqa: E402
 from agentic_rl.train import loop  # noqa: E402
 from agentic_rl.types import ActionKind  # noqa: E402
 
@@ -92,16 +91,8 @@ def main(argv):
     )
     demos = loop.sft_demo_tasks(run.train_pool, config.sft)
     demo_bugs = {t.payload["bug"]["buggy_line"] for t in demos}
-    r = run.rollout
-    player = Rollout(
-      r.samplers,
-      r.tokenizer,
-      r.env_factory,
-      r.reward_stack,
-      r.config.replace(group_size=1, temperature=0.0),
-    )
     tasks = list(run.eval_tasks)[: _TASKS.value]
-    trajectories = player.run(tasks, jax.random.PRNGKey(0), 0)
+    trajectories, _ = play(run.rollout, tasks)  # as loop.evaluate plays
     episodes = [
       {
         "seed": t.task.seed,

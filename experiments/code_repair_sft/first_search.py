@@ -19,11 +19,10 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
-import jax  # noqa: E402
 from absl import logging  # noqa: E402
 
 from agentic_rl import sweeps  # noqa: E402
-from agentic_rl.rollout.evaluation import Rollout  # noqa: E402
+from agentic_rl.rollout.evaluation import play  # noqa: E402
 from agentic_rl.train import loop  # noqa: E402
 from agentic_rl.types import FailureCode  # noqa: E402
 
@@ -48,17 +47,7 @@ def main():
   config.env.options.edit_tool = args.edit_tool
   with loop.scratch_run(config) as run:
     loop.restore_step(run, pathlib.Path(args.run) / "checkpoints", args.step)
-    r = run.rollout
-    player = Rollout(
-      r.samplers,
-      r.tokenizer,
-      r.env_factory,
-      r.reward_stack,
-      r.config.replace(group_size=1, temperature=0.0),
-    )
-    trajectories = player.run(
-      run.eval_tasks[: args.tasks], jax.random.PRNGKey(0), 0
-    )
+    trajectories, _ = play(run.rollout, run.eval_tasks[: args.tasks])
     counts = collections.Counter()
     for t in trajectories:
       kind = first_search(t)

@@ -29,6 +29,7 @@ from agentic_rl.rollout import (
   evaluate,
   failure_codes,
   make_samplers,
+  play,
 )
 from agentic_rl.sampling import Sampler
 from agentic_rl.types import (
@@ -362,6 +363,11 @@ def test_evaluate_reports_the_reward_stacks_verdict(model, tokenizer):
   assert "trace/rate/success" in metrics
   returns = [sum(t.reward for t in tr.turns) for tr in trajectories]
   assert metrics["return_mean"] == pytest.approx(np.mean(returns))
+  # `play` hands over the episodes evaluate scored: greedy, one per task.
+  played, _ = play(rollout, tasks, key=jax.random.PRNGKey(5))
+  assert [[u.action_tokens for u in t.turns] for t in played] == [
+    [u.action_tokens for u in t.turns] for t in trajectories
+  ]
 
 
 def test_eval_metrics_on_handmade_trajectories(model, tokenizer):
