@@ -93,17 +93,19 @@ def main(argv):
     demo_bugs = {t.payload["bug"]["buggy_line"] for t in demos}
     tasks = list(run.eval_tasks)[: _TASKS.value]
     trajectories, _ = play(run.rollout, tasks)  # as loop.evaluate plays
-    episodes = [
-      {
-        "seed": t.task.seed,
-        "bug": t.task.payload["bug"]["buggy_line"],
-        "old": first_edit(t),
-        "edit": edit_kind(first_edit(t), t.task, demo_bugs),
-        "bug_in_demos": t.task.payload["bug"]["buggy_line"] in demo_bugs,
-        "solved": bool(run.stack.succeeded(t)),
-      }
-      for t in trajectories
-    ]
+    episodes = []
+    for t in trajectories:
+      bug, old = t.task.payload["bug"]["buggy_line"], first_edit(t)
+      episodes.append(
+        {
+          "seed": t.task.seed,
+          "bug": bug,
+          "old": old,
+          "edit": edit_kind(old, t.task, demo_bugs),
+          "bug_in_demos": bug in demo_bugs,
+          "solved": bool(run.stack.succeeded(t)),
+        }
+      )
 
   def tally(keep) -> dict[str, int]:
     kept = [e for e in episodes if keep(e)]
