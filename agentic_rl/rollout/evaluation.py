@@ -64,7 +64,7 @@ def play(
   """The scored episodes `evaluate` plays (same arguments), and their wall
   seconds: for scripts that look at the episodes themselves."""
   if not tasks:
-    raise ValueError("evaluate needs at least one task")
+    raise ValueError("play/evaluate needs at least one task, got none")
   changes = {"group_size": group_size}
   if greedy:
     changes["temperature"] = 0.0

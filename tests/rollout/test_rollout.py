@@ -368,6 +368,10 @@ def test_evaluate_reports_the_reward_stacks_verdict(model, tokenizer):
   assert [[u.action_tokens for u in t.turns] for t in played] == [
     [u.action_tokens for u in t.turns] for t in trajectories
   ]
+  # No tasks is a named error from either, not an empty metrics dict.
+  for fn in (play, evaluate):
+    with pytest.raises(ValueError, match="at least one task"):
+      fn(rollout, [])
 
 
 def test_eval_metrics_on_handmade_trajectories(model, tokenizer):
