@@ -46,9 +46,14 @@ ESTIMATORS = {
 
 
 def _optimizer(lr, warmup=0):
+  # schedule "cosine" decays to end_lr_ratio * lr at total_steps (optimizer
+  # steps, warm-up included; for SFT set it to sft.steps).
   return {
     "learning_rate": lr,
     "warmup_steps": warmup,
+    "schedule": "constant",
+    "total_steps": 0,
+    "end_lr_ratio": 0.0,
     "max_grad_norm": 1.0,
     "weight_decay": 0.0,
   }

@@ -531,6 +531,14 @@ def config_field(config_dict: dict[str, Any], dotted: str) -> Any:
   if dotted == "sampler" and config_dict:
     # The samplers' weight layout changes speed, not what they sample.
     return {k: v for k, v in config_dict.items() if k != "kernels_out_first"}
+  if dotted == "sft" and config_dict and "optimizer" in config_dict:
+    # An optimizer field a config does not set is at its default (configs
+    # written before the schedule fields existed ran a constant schedule).
+    defaults = {
+      f.name: f.default for f in dataclasses.fields(OptimizerConfig)
+    }
+    optimizer = {**defaults, **config_dict["optimizer"]}
+    return {**config_dict, "optimizer": optimizer}
   return config_dict
 
 
@@ -961,7 +969,11 @@ def offline_dpo(run: Run) -> None:
   reference = copy_model(run.state.model)
   pairs = dpo_lib.make_pairs(reference, c_batch, r_batch)
   opt = OptimizerConfig.from_dict(
-    {**dict(run.config.sft.optimizer), "learning_rate": cfg["learning_rate"]}
+    {
+      **dict(run.config.sft.optimizer),
+      "learning_rate": cfg["learning_rate"],
+      "schedule": "constant",  # an SFT cosine is sized to sft.steps
+    }
   )
   init = jax.jit(
     make_optimizer(opt).init, out_shardings=run.layout.state.opt_state

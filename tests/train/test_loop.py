@@ -293,6 +293,30 @@ def test_model_shape_fields_size_the_model_over_its_preset(sft_stage, tmp_path):
   assert loop.warm_start_mismatch(old, ours) is None
 
 
+def test_sft_cosine_schedule_from_the_config(tmp_path):
+  """`sft.optimizer.schedule="cosine"` decays SFT's learning rate over
+  `total_steps`. Such a stage cannot stand in for a constant-rate one; a
+  config.json written before the schedule fields existed reads as the
+  constant schedule it ran."""
+  config = _config(0)
+  config.sft.optimizer.schedule = "cosine"
+  config.sft.optimizer.total_steps = config.sft.steps
+  loop.train(config, str(tmp_path))
+  rows = read_jsonl(str(tmp_path / "logs" / "metrics.jsonl"))
+  got = [r["sft/learning_rate"] for r in rows if "sft/learning_rate" in r]
+  lr, n = config.sft.optimizer.learning_rate, config.sft.steps
+  assert n == 3 and config.sft.optimizer.warmup_steps == 0
+  want = [lr * 0.5 * (1 + math.cos(math.pi * k / n)) for k in range(n)]
+  np.testing.assert_allclose(got, want, rtol=1e-6)  # lr, 0.75 lr, 0.25 lr
+  ours = json.loads(_config(0).to_json_best_effort())
+  old = json.loads(_config(0).to_json_best_effort())
+  for k in ("schedule", "total_steps", "end_lr_ratio"):
+    del old["sft"]["optimizer"][k]
+  assert loop.warm_start_mismatch(old, ours) is None
+  cosine = json.loads(config.to_json_best_effort())
+  assert loop.warm_start_mismatch(old, cosine)[0] == "sft"
+
+
 @pytest.mark.slow
 def test_a_warm_start_with_other_knobs_trains(sft_stage, tmp_path):
   # The run of the test above, one RL step: its own learning rate, finite
