@@ -534,10 +534,10 @@ def config_field(config_dict: dict[str, Any], dotted: str) -> Any:
   if dotted == "sft" and config_dict and "optimizer" in config_dict:
     # An optimizer field a config does not set is at its default (configs
     # written before the schedule fields existed ran a constant schedule).
-    defaults = {
-      f.name: f.default for f in dataclasses.fields(OptimizerConfig)
+    optimizer = {
+      **dataclasses.asdict(OptimizerConfig()),
+      **config_dict["optimizer"],
     }
-    optimizer = {**defaults, **config_dict["optimizer"]}
     return {**config_dict, "optimizer": optimizer}
   return config_dict
 
