@@ -47,7 +47,7 @@ ESTIMATORS = {
 
 def _optimizer(lr, warmup=0):
   # schedule "cosine" decays to end_lr_ratio * lr at total_steps (optimizer
-  # steps, warm-up included; for SFT set it to sft.steps).
+  # steps, warm-up included; SFT's, left at 0, is sft.steps).
   return {
     "learning_rate": lr,
     "warmup_steps": warmup,

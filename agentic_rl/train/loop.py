@@ -184,7 +184,7 @@ def setup(config, workdir: str) -> Run:
   tokenizer = build_env_tokenizer()
   model_config = _model_config(config, tokenizer)
   mesh = shd.make_mesh(tuple(config.mesh.shape))
-  sft_opt = OptimizerConfig.from_dict(config.sft.optimizer)
+  sft_opt = sft_optimizer(config.sft)
   rl_opt = OptimizerConfig.from_dict(config.rl.optimizer)
   if (sft_opt.max_grad_norm is None) != (rl_opt.max_grad_norm is None):
     # Both phases share one checkpointed optimizer-state structure.
@@ -509,6 +509,20 @@ def _restore_latest(src: pathlib.Path, abstract, layout, missing: Exception):
     ckpt.close()
 
 
+def sft_optimizer(sft) -> OptimizerConfig:
+  """The SFT stage's optimizer from its config section (`config.sft`, or
+  its JSON). A cosine left at `total_steps` 0 spans the stage's `steps`, so
+  overriding `sft.steps` resizes it; a stage of no steps never moves its
+  optimizer, so its schedule reads as constant."""
+  fields = dict(sft["optimizer"])
+  if fields.get("schedule") == "cosine" and not fields.get("total_steps"):
+    if sft["steps"]:
+      fields["total_steps"] = sft["steps"]
+    else:
+      fields["schedule"] = "constant"
+  return OptimizerConfig.from_dict(fields)
+
+
 def config_field(config_dict: dict[str, Any], dotted: str) -> Any:
   """A dotted field of a config as JSON (None if absent), as a warm start
   compares it: a section that is switched off reads as absent."""
@@ -532,12 +546,10 @@ def config_field(config_dict: dict[str, Any], dotted: str) -> Any:
     # The samplers' weight layout changes speed, not what they sample.
     return {k: v for k, v in config_dict.items() if k != "kernels_out_first"}
   if dotted == "sft" and config_dict and "optimizer" in config_dict:
-    # An optimizer field a config does not set is at its default (configs
-    # written before the schedule fields existed ran a constant schedule).
-    optimizer = {
-      **dataclasses.asdict(OptimizerConfig()),
-      **config_dict["optimizer"],
-    }
+    # Compared as run: a field a config does not set is at its default
+    # (configs written before the schedule fields existed ran a constant
+    # schedule), and a cosine sized by `steps` reads as its length.
+    optimizer = dataclasses.asdict(sft_optimizer(config_dict))
     return {**config_dict, "optimizer": optimizer}
   return config_dict
 
@@ -666,6 +678,15 @@ def scratch_run(config) -> Iterator[Run]:
     finally:
       run.checkpointer.close()
       run.writer.close()
+
+
+def run_config(workdir: str | pathlib.Path) -> ml_collections.ConfigDict:
+  """The config a run in `workdir` was started with (its config.json), so
+  a script can rebuild that run without repeating its overrides."""
+  path = pathlib.Path(workdir) / "config.json"
+  if not path.is_file():
+    raise FileNotFoundError(f"{workdir}: no run there (no config.json)")
+  return ml_collections.ConfigDict(json.loads(path.read_text()))
 
 
 def restore_step(run: Run, checkpoints: str | pathlib.Path, step: int) -> None:
@@ -807,13 +828,14 @@ def load_policy(source: str, mesh) -> tuple[TrainState, Layout, Any, dict]:
   (state, layout, its config, its host bookkeeping).
   """
   src = pathlib.Path(source)
-  if not (src / "config.json").is_file():
-    raise TeacherError(f"teacher {source!r}: no run there (no config.json)")
-  config = ml_collections.ConfigDict(
-    json.loads((src / "config.json").read_text())
-  )
+  try:
+    config = run_config(src)
+  except FileNotFoundError as e:
+    raise TeacherError(
+      f"teacher {source!r}: no run there (no config.json)"
+    ) from e
   model_config = _model_config(config, build_env_tokenizer())
-  opt = OptimizerConfig.from_dict(config.sft.optimizer)
+  opt = sft_optimizer(config.sft)
   abstract = abstract_train_state(model_config, opt)
   layout = make_layout(abstract, mesh)
   state, host = _restore_latest(
@@ -874,7 +896,7 @@ def distill_data(run: Run, source: str):
   }
   step_fn = distill_lib.make_distill_step(
     step_lib.StepConfig(
-      optimizer=OptimizerConfig.from_dict(run.config.sft.optimizer),
+      optimizer=sft_optimizer(run.config.sft),
       loss=losses.PolicyLossConfig(agg="token-mean"),
     ),
     distill_lib.DistillConfig.from_dict(cfg, DISTILL_LOOP_KEYS),
@@ -972,7 +994,7 @@ def offline_dpo(run: Run) -> None:
     {
       **dict(run.config.sft.optimizer),
       "learning_rate": cfg["learning_rate"],
-      "schedule": "constant",  # an SFT cosine is sized to sft.steps
+      "schedule": "constant",  # an SFT cosine spans sft.steps
     }
   )
   init = jax.jit(

@@ -2,15 +2,14 @@
 line remembered from its demonstrations?
 
   python experiments/code_repair_sft/edit_choices.py \
-      --config=configs/code_repair.py:read_all \
       --source=runs/cr3/sft_read_all_s2 [--step=0] [--tasks=64] \
       [--out=experiments/code_repair_sft/edit_choices_s2.json]
 
-Builds the run from --config (pass the same overrides the source run was
-trained with: the demo tasks are rebuilt from it) in a scratch workdir,
-restores the checkpoint, plays the first --tasks held-out tasks greedily
-(as the loop's evaluation does) and sorts each episode by the `old` text
-of its first well-formed `edit_file` call:
+Rebuilds the source run from its own config.json (or from --config, with
+the overrides it was trained with: the demo tasks are rebuilt from it) in
+a scratch workdir, restores the checkpoint, plays the first --tasks
+held-out tasks greedily (as the loop's evaluation does) and sorts each
+episode by the `old` text of its first well-formed `edit_file` call:
 
   the bug          this task's buggy line;
   a demo's bug     the buggy line of an SFT demonstration task, not this
@@ -37,12 +36,14 @@ from agentic_rl.rollout.evaluation import play  # noqa: E402
 from agentic_rl.train import loop  # noqa: E402
 from agentic_rl.types import ActionKind  # noqa: E402
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Run config.")
+_CONFIG = config_flags.DEFINE_config_file(
+  "config", None, "Run config (default: the source run's config.json)."
+)
 _SOURCE = flags.DEFINE_string("source", None, "Run directory.")
 _STEP = flags.DEFINE_integer("step", 0, "Checkpoint (RL step) to load.")
 _TASKS = flags.DEFINE_integer("tasks", 64, "Held-out episodes.")
 _OUT = flags.DEFINE_string("out", "", "JSON output path (optional).")
-flags.mark_flags_as_required(["config", "source"])
+flags.mark_flags_as_required(["source"])
 
 KINDS = ("the bug", "a demo's bug", "another line", "other text", "no edit")
 
@@ -79,7 +80,7 @@ def edit_kind(old: str | None, task, demo_bugs: set[str]) -> str:
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  config = _CONFIG.value
+  config = _CONFIG.value or loop.run_config(_SOURCE.value)
   if config.env.options.get("edit_tool", "edit_file") != "edit_file":
     raise ValueError(
       "edit_choices reads edit_file calls; the config edits "

@@ -135,6 +135,25 @@ def sft_stage(tmp_path_factory):
   return workdir, summary
 
 
+def test_a_run_rebuilt_from_its_config_json_scores_the_same(sft_stage):
+  """`run_config` + `scratch_run` + `restore_step` (what the scoring
+  scripts do with only a run directory) rebuild the SFT stage: the same
+  config, and the same held-out success as the stage's own evaluation."""
+  source, stage = sft_stage
+  config = loop.run_config(source)
+  assert json.loads(config.to_json_best_effort()) == json.loads(
+    (source / "config.json").read_text()
+  )
+  with loop.scratch_run(config) as run:
+    loop.restore_step(run, source / "checkpoints", 0)
+    got = loop.evaluate(run)
+  assert got["success_rate"] == stage["success_after_sft"]
+  (sft_eval,) = [e for e in stage["evals"] if e["phase"] == "sft"]
+  assert got["return_mean"] == pytest.approx(sft_eval["return_mean"])
+  with pytest.raises(FileNotFoundError, match="no config.json"):
+    loop.run_config(source / "checkpoints")
+
+
 def test_sft_stage_then_warm_start_skips_sft(sft_stage, tmp_path):
   source, stage = sft_stage
   assert stage["rl_steps"] == 0 and stage["success_after_sft"] is not None
@@ -295,12 +314,12 @@ def test_model_shape_fields_size_the_model_over_its_preset(sft_stage, tmp_path):
 
 def test_sft_cosine_schedule_from_the_config(tmp_path):
   """`sft.optimizer.schedule="cosine"` decays SFT's learning rate over
-  `total_steps`. Such a stage cannot stand in for a constant-rate one; a
-  config.json written before the schedule fields existed reads as the
-  constant schedule it ran."""
+  `total_steps`, or over `sft.steps` when that is left at 0. Such a stage
+  cannot stand in for a constant-rate one; a config.json written before
+  the schedule fields existed reads as the constant schedule it ran."""
   config = _config(0)
   config.sft.optimizer.schedule = "cosine"
-  config.sft.optimizer.total_steps = config.sft.steps
+  assert config.sft.optimizer.total_steps == 0  # spans sft.steps
   loop.train(config, str(tmp_path))
   rows = read_jsonl(str(tmp_path / "logs" / "metrics.jsonl"))
   got = [r["sft/learning_rate"] for r in rows if "sft/learning_rate" in r]
@@ -315,6 +334,14 @@ def test_sft_cosine_schedule_from_the_config(tmp_path):
   assert loop.warm_start_mismatch(old, ours) is None
   cosine = json.loads(config.to_json_best_effort())
   assert loop.warm_start_mismatch(old, cosine)[0] == "sft"
+  sized = json.loads(config.to_json_best_effort())
+  sized["sft"]["optimizer"]["total_steps"] = n  # the same schedule, spelled
+  assert loop.warm_start_mismatch(sized, cosine) is None
+  sized["sft"]["optimizer"]["total_steps"] = 2 * n  # half of a longer one
+  assert loop.warm_start_mismatch(sized, cosine)[0] == "sft"
+  # A stage of no steps has no schedule to follow (and no error).
+  config.sft.steps = 0
+  assert loop.sft_optimizer(config.sft).schedule == "constant"
 
 
 @pytest.mark.slow
