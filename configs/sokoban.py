@@ -47,7 +47,8 @@ ESTIMATORS = {
 
 def _optimizer(lr, warmup=0):
   # schedule "cosine" decays to end_lr_ratio * lr at total_steps (optimizer
-  # steps, warm-up included; SFT's, left at 0, is sft.steps).
+  # steps, warm-up included). Left at 0 it is SFT's sft.steps, or RL's
+  # policy updates (rl.steps x epochs x minibatches; set it with replay).
   return {
     "learning_rate": lr,
     "warmup_steps": warmup,

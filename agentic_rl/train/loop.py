@@ -90,6 +90,7 @@ from agentic_rl.train.sft import make_sft_step
 from agentic_rl.train.state import (
   Layout,
   OptimizerConfig,
+  StateConfigError,
   TrainState,
   abstract_train_state,
   check_known_keys,
@@ -185,7 +186,7 @@ def setup(config, workdir: str) -> Run:
   model_config = _model_config(config, tokenizer)
   mesh = shd.make_mesh(tuple(config.mesh.shape))
   sft_opt = sft_optimizer(config.sft)
-  rl_opt = OptimizerConfig.from_dict(config.rl.optimizer)
+  rl_opt = rl_optimizer(config)
   if (sft_opt.max_grad_norm is None) != (rl_opt.max_grad_norm is None):
     # Both phases share one checkpointed optimizer-state structure.
     raise ValueError(
@@ -520,6 +521,33 @@ def sft_optimizer(sft) -> OptimizerConfig:
       fields["total_steps"] = sft["steps"]
     else:
       fields["schedule"] = "constant"
+  return OptimizerConfig.from_dict(fields)
+
+
+def rl_optimizer(config) -> OptimizerConfig:
+  """`config.rl.optimizer`, where a cosine left at `total_steps` 0 spans the
+  run's policy updates: `rl.epochs` passes a step over the full
+  minibatches of its `tasks_per_step x group_size` trajectories, for
+  `rl.steps` steps less a critic's warm-up (which trains only the critic).
+  Replay changes how many rows a step trains on, so it needs `total_steps`
+  set. A run with no policy updates reads as constant (nothing to decay)."""
+  fields, rl = dict(config.rl.optimizer), config.rl
+  if fields.get("schedule") != "cosine" or fields.get("total_steps"):
+    return OptimizerConfig.from_dict(fields)
+  if _replay_config(config):
+    raise StateConfigError(
+      "rl.optimizer: a cosine with replay needs total_steps (optimizer "
+      "steps) set: replayed rows change the updates per RL step"
+    )
+  rows = rl.tasks_per_step * config.rollout.group_size
+  steps = rl.steps
+  if estimators.uses_values(config.estimator.name):
+    steps -= _section(config, "critic").get("warmup_steps", 0)
+  updates = max(steps, 0) * rl.epochs * (rows // rl.minibatch_size)
+  if updates:
+    fields["total_steps"] = updates
+  else:
+    fields["schedule"] = "constant"
   return OptimizerConfig.from_dict(fields)
 
 
@@ -1036,7 +1064,7 @@ def offline_dpo(run: Run) -> None:
 
 def _start_rl(run: Run) -> None:
   """Fresh RL optimizer moments; the SFT policy becomes the reference."""
-  opt = make_optimizer(OptimizerConfig.from_dict(run.config.rl.optimizer))
+  opt = make_optimizer(rl_optimizer(run.config))
   init = jax.jit(opt.init, out_shardings=run.layout.state.opt_state)
   run.state = run.state.replace(opt_state=init(run.state.model.params))
   run.host["phase"] = "rl"

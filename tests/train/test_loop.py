@@ -344,6 +344,44 @@ def test_sft_cosine_schedule_from_the_config(tmp_path):
   assert loop.sft_optimizer(config.sft).schedule == "constant"
 
 
+def test_rl_cosine_schedule_spans_the_runs_updates(sft_stage, tmp_path):
+  """An RL cosine left at `total_steps` 0 decays over every policy update
+  of the run (steps x epochs x minibatches); each RL step logs the mean
+  rate of its updates. Replay needs it set; a critic's warm-up steps,
+  which update no policy, do not count."""
+  source, _ = sft_stage
+  config = _config(2)
+  config.init_from = str(source)
+  config.rl.optimizer.schedule = "cosine"
+  config.rl.optimizer.warmup_steps = 0
+  rl = config.rl
+  per_step = rl.epochs * (rl.tasks_per_step * config.rollout.group_size)
+  per_step //= rl.minibatch_size
+  assert per_step == 4  # 2 epochs x 2 minibatches in the smoke config
+  n = 2 * per_step
+  assert loop.rl_optimizer(config).total_steps == n
+  loop.train(config, str(tmp_path))
+  rows = _rl_rows(tmp_path)
+  lr = config.rl.optimizer.learning_rate
+  cosine = [lr * 0.5 * (1 + math.cos(math.pi * k / n)) for k in range(n)]
+  for step in (1, 2):
+    want = np.mean(cosine[(step - 1) * per_step : step * per_step])
+    assert rows[step]["learning_rate"] == pytest.approx(want, rel=1e-5)
+  assert rows[2]["optimizer_step"] - rows[1]["optimizer_step"] == per_step
+
+  ppo = _config(3, estimator="ppo")
+  ppo.rl.optimizer.schedule = "cosine"
+  ppo.critic.warmup_steps = 1
+  assert loop.rl_optimizer(ppo).total_steps == 2 * per_step
+  ppo.rl.steps = 0  # no policy update: nothing to decay
+  assert loop.rl_optimizer(ppo).schedule == "constant"
+  config.replay = {"capacity": 16}
+  with pytest.raises(loop.StateConfigError, match="replay needs total_steps"):
+    loop.rl_optimizer(config)
+  config.rl.optimizer.total_steps = 40
+  assert loop.rl_optimizer(config).total_steps == 40
+
+
 @pytest.mark.slow
 def test_a_warm_start_with_other_knobs_trains(sft_stage, tmp_path):
   # The run of the test above, one RL step: its own learning rate, finite
