@@ -698,7 +698,12 @@ def _save(run: Run) -> None:
 @contextlib.contextmanager
 def scratch_run(config) -> Iterator[Run]:
   """`setup` in a temporary workdir, closed and deleted on exit: for
-  scripts that score other runs' checkpoints without touching them."""
+  scripts that score other runs' checkpoints without touching them. A
+  run's `init_from` is dropped: the checkpoint restored next replaces the
+  warm start's policy, and the stage it names may be gone."""
+  if config.get("init_from"):
+    config = config.copy_and_resolve_references()
+    config.init_from = ""
   with tempfile.TemporaryDirectory() as scratch:
     run = setup(config, scratch)
     try:

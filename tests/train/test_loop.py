@@ -138,15 +138,18 @@ def sft_stage(tmp_path_factory):
 def test_a_run_rebuilt_from_its_config_json_scores_the_same(sft_stage):
   """`run_config` + `scratch_run` + `restore_step` (what the scoring
   scripts do with only a run directory) rebuild the SFT stage: the same
-  config, and the same held-out success as the stage's own evaluation."""
+  config, and the same held-out evaluation as the stage's own, even when
+  the config's `init_from` names a stage that no longer exists."""
   source, stage = sft_stage
   config = loop.run_config(source)
   assert json.loads(config.to_json_best_effort()) == json.loads(
     (source / "config.json").read_text()
   )
+  config.init_from = str(source.parent / "gone")  # as an RL run's may be
   with loop.scratch_run(config) as run:
     loop.restore_step(run, source / "checkpoints", 0)
     got = loop.evaluate(run)
+  assert config.init_from  # the caller's config is left as it was
   assert got["success_rate"] == stage["success_after_sft"]
   (sft_eval,) = [e for e in stage["evals"] if e["phase"] == "sft"]
   assert got["return_mean"] == pytest.approx(sft_eval["return_mean"])
