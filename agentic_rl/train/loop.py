@@ -510,18 +510,23 @@ def _restore_latest(src: pathlib.Path, abstract, layout, missing: Exception):
     ckpt.close()
 
 
+def _span_cosine(fields: dict[str, Any], updates: int) -> OptimizerConfig:
+  """An optimizer whose cosine, left at `total_steps` 0, spans `updates`
+  optimizer steps; with no updates the schedule reads as constant (the
+  optimizer never moves, so there is nothing to decay)."""
+  if fields.get("schedule") == "cosine" and not fields.get("total_steps"):
+    if updates:
+      fields = {**fields, "total_steps": updates}
+    else:
+      fields = {**fields, "schedule": "constant"}
+  return OptimizerConfig.from_dict(fields)
+
+
 def sft_optimizer(sft) -> OptimizerConfig:
   """The SFT stage's optimizer from its config section (`config.sft`, or
-  its JSON). A cosine left at `total_steps` 0 spans the stage's `steps`, so
-  overriding `sft.steps` resizes it; a stage of no steps never moves its
-  optimizer, so its schedule reads as constant."""
-  fields = dict(sft["optimizer"])
-  if fields.get("schedule") == "cosine" and not fields.get("total_steps"):
-    if sft["steps"]:
-      fields["total_steps"] = sft["steps"]
-    else:
-      fields["schedule"] = "constant"
-  return OptimizerConfig.from_dict(fields)
+  its JSON): a cosine left at `total_steps` 0 spans the stage's `steps`,
+  so overriding `sft.steps` resizes it."""
+  return _span_cosine(dict(sft["optimizer"]), sft["steps"])
 
 
 def rl_optimizer(config) -> OptimizerConfig:
@@ -530,7 +535,7 @@ def rl_optimizer(config) -> OptimizerConfig:
   minibatches of its `tasks_per_step x group_size` trajectories, for
   `rl.steps` steps less a critic's warm-up (which trains only the critic).
   Replay changes how many rows a step trains on, so it needs `total_steps`
-  set. A run with no policy updates reads as constant (nothing to decay)."""
+  set."""
   fields, rl = dict(config.rl.optimizer), config.rl
   if fields.get("schedule") != "cosine" or fields.get("total_steps"):
     return OptimizerConfig.from_dict(fields)
@@ -544,11 +549,7 @@ def rl_optimizer(config) -> OptimizerConfig:
   if estimators.uses_values(config.estimator.name):
     steps -= _section(config, "critic").get("warmup_steps", 0)
   updates = max(steps, 0) * rl.epochs * (rows // rl.minibatch_size)
-  if updates:
-    fields["total_steps"] = updates
-  else:
-    fields["schedule"] = "constant"
-  return OptimizerConfig.from_dict(fields)
+  return _span_cosine(fields, updates)
 
 
 def config_field(config_dict: dict[str, Any], dotted: str) -> Any:
@@ -612,9 +613,12 @@ def warm_start(config, source: str, state: TrainState, layout):
   re-running an identical SFT each.
   """
   src = pathlib.Path(source)
-  if not (src / "config.json").is_file():
-    raise WarmStartError(f"init_from={source!r}: no run there (no config.json)")
-  theirs = json.loads((src / "config.json").read_text())
+  try:
+    theirs = _config_json(src)
+  except FileNotFoundError as e:
+    raise WarmStartError(
+      f"init_from={source!r}: no run there (no config.json)"
+    ) from e
   ours = json.loads(config.to_json_best_effort())
   if (bad := warm_start_mismatch(theirs, ours)) is not None:
     field, a, b = bad
@@ -713,13 +717,18 @@ def scratch_run(config) -> Iterator[Run]:
       run.writer.close()
 
 
-def run_config(workdir: str | pathlib.Path) -> ml_collections.ConfigDict:
-  """The config a run in `workdir` was started with (its config.json), so
-  a script can rebuild that run without repeating its overrides."""
+def _config_json(workdir: str | pathlib.Path) -> dict[str, Any]:
+  """A run's config.json as JSON; `FileNotFoundError` when there is none."""
   path = pathlib.Path(workdir) / "config.json"
   if not path.is_file():
     raise FileNotFoundError(f"{workdir}: no run there (no config.json)")
-  return ml_collections.ConfigDict(json.loads(path.read_text()))
+  return json.loads(path.read_text())
+
+
+def run_config(workdir: str | pathlib.Path) -> ml_collections.ConfigDict:
+  """The config a run in `workdir` was started with (its config.json), so
+  a script can rebuild that run without repeating its overrides."""
+  return ml_collections.ConfigDict(_config_json(workdir))
 
 
 def restore_step(run: Run, checkpoints: str | pathlib.Path, step: int) -> None:
