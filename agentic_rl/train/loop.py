@@ -703,11 +703,14 @@ def _save(run: Run) -> None:
 def scratch_run(config) -> Iterator[Run]:
   """`setup` in a temporary workdir, closed and deleted on exit: for
   scripts that score other runs' checkpoints without touching them. A
-  run's `init_from` is dropped: the checkpoint restored next replaces the
-  warm start's policy, and the stage it names may be gone."""
-  if config.get("init_from"):
+  run's `init_from` is dropped (the checkpoint restored next replaces the
+  warm start's policy, and the stage it names may be gone), and so are its
+  RL steps: scoring builds no RL update, nor loads the `rl.teacher` that
+  update would need."""
+  if config.get("init_from") or config.rl.steps:
     config = config.copy_and_resolve_references()
     config.init_from = ""
+    config.rl.steps = 0
   with tempfile.TemporaryDirectory() as scratch:
     run = setup(config, scratch)
     try:

@@ -139,17 +139,21 @@ def test_a_run_rebuilt_from_its_config_json_scores_the_same(sft_stage):
   """`run_config` + `scratch_run` + `restore_step` (what the scoring
   scripts do with only a run directory) rebuild the SFT stage: the same
   config, and the same held-out evaluation as the stage's own, even when
-  the config's `init_from` names a stage that no longer exists."""
+  the config's `init_from` and `rl.teacher` name runs that no longer
+  exist (an RL run's may)."""
   source, stage = sft_stage
   config = loop.run_config(source)
   assert json.loads(config.to_json_best_effort()) == json.loads(
     (source / "config.json").read_text()
   )
-  config.init_from = str(source.parent / "gone")  # as an RL run's may be
+  config.init_from = str(source.parent / "gone")
+  config.rl.steps = 2
+  config.rl.teacher = str(source.parent / "gone_teacher")
   with loop.scratch_run(config) as run:
+    assert run.rl_step is None  # scoring builds no update
     loop.restore_step(run, source / "checkpoints", 0)
     got = loop.evaluate(run)
-  assert config.init_from  # the caller's config is left as it was
+  assert config.init_from and config.rl.steps == 2  # the caller's, as it was
   assert got["success_rate"] == stage["success_after_sft"]
   (sft_eval,) = [e for e in stage["evals"] if e["phase"] == "sft"]
   assert got["return_mean"] == pytest.approx(sft_eval["return_mean"])
