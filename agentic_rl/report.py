@@ -235,6 +235,67 @@ def paired_difference(
   return t_interval([treated[s] - baseline[s] for s in seeds])
 
 
+@dataclasses.dataclass(frozen=True)
+class PairedTasks:
+  """Two evaluations of one policy pair on the same tasks, task by task.
+
+  `only_a` / `only_b`: tasks one solved and the other did not. Their
+  split decides the comparison (McNemar's test): under "no difference"
+  each discordant task is a fair coin, so `p_value` is the exact two-sided
+  binomial probability of a split at least this uneven. Pairing removes
+  the tasks both solve or both fail, which two independent success rates
+  would count as noise.
+  """
+
+  n: int
+  both: int
+  only_a: int
+  only_b: int
+  neither: int
+  p_value: float
+
+  @property
+  def rate_a(self) -> float:
+    return (self.both + self.only_a) / self.n
+
+  @property
+  def rate_b(self) -> float:
+    return (self.both + self.only_b) / self.n
+
+  def to_dict(self) -> dict[str, float]:
+    return {
+      **dataclasses.asdict(self),
+      "rate_a": self.rate_a,
+      "rate_b": self.rate_b,
+      "difference": self.rate_b - self.rate_a,
+    }
+
+
+def paired_tasks(
+  solved_a: Mapping[str, bool], solved_b: Mapping[str, bool]
+) -> PairedTasks:
+  """Task-by-task comparison of two evaluations over their shared tasks
+  (task id -> solved); a `ReportError` if they share none."""
+  shared = sorted(set(solved_a) & set(solved_b))
+  if not shared:
+    raise ReportError("the two evaluations share no task")
+  pairs = [(bool(solved_a[t]), bool(solved_b[t])) for t in shared]
+  only_a = sum(a and not b for a, b in pairs)
+  only_b = sum(b and not a for a, b in pairs)
+  discordant = only_a + only_b
+  p = (
+    scipy.stats.binomtest(only_a, discordant, 0.5).pvalue if discordant else 1.0
+  )
+  return PairedTasks(
+    n=len(shared),
+    both=sum(a and b for a, b in pairs),
+    only_a=only_a,
+    only_b=only_b,
+    neither=sum(not (a or b) for a, b in pairs),
+    p_value=float(p),
+  )
+
+
 # ---------------------------------------------------------------------------
 # Reading runs.
 

@@ -8,6 +8,12 @@ Builds the run's components in a scratch workdir (the source run is not
 touched) from the run's own config.json (the directory above --source) or
 from --config, restores each RL step's checkpoint from --source and plays
 the first --eval_tasks levels of the test split greedily.
+
+The JSON keeps, per step, which tasks were solved, so checkpoints can be
+compared task by task (`report.paired_tasks`, McNemar's exact test): each
+step against the first listed, and, with --against=EVAL.json:STEP, against
+a step of another run's evaluation by this script (say the SFT stage an RL
+run started from), on the tasks both played.
 """
 
 import json
@@ -20,6 +26,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
+from agentic_rl import report  # noqa: E402
 from agentic_rl.train import loop  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -28,8 +35,22 @@ _CONFIG = config_flags.DEFINE_config_file(
 _SOURCE = flags.DEFINE_string("source", None, "Checkpoint directory.")
 _STEPS = flags.DEFINE_list("steps", None, "Checkpoint steps to evaluate.")
 _TASKS = flags.DEFINE_integer("eval_tasks", 256, "Held-out levels.")
+_AGAINST = flags.DEFINE_string(
+  "against", None, "EVAL.json:STEP of an earlier evaluation to pair with."
+)
 _OUT = flags.DEFINE_string("out", None, "JSON output path.")
 flags.mark_flags_as_required(["source", "steps", "out"])
+
+
+def read_solved(ref: str) -> dict[str, bool]:
+  """The per-task results of `EVAL.json:STEP` (an output of this script)."""
+  path, sep, step = ref.rpartition(":")
+  if not sep or not path:
+    raise app.UsageError(f"--against is EVAL.json:STEP, got {ref!r}")
+  results = json.loads(pathlib.Path(path).read_text())["results"]
+  if step not in results or "solved" not in results[step]:
+    raise app.UsageError(f"{path} has no per-task results for step {step}")
+  return results[step]["solved"]
 
 
 def main(argv):
@@ -38,17 +59,38 @@ def main(argv):
   source = pathlib.Path(_SOURCE.value)
   config = _CONFIG.value or loop.run_config(source.resolve().parent)
   config.tasks.eval_counts = (_TASKS.value,)
+  against = read_solved(_AGAINST.value) if _AGAINST.value else None
   results = {}
   with loop.scratch_run(config) as run:
     for step in (int(s) for s in _STEPS.value):
       loop.restore_step(run, _SOURCE.value, step)
-      ev = loop.evaluate(run)
+      ev, solved = loop.evaluate_by_task(run)
       results[step] = {
-        k: ev[k] for k in ("success_rate", "return_mean", "turns_per_episode")
+        **{
+          k: ev[k] for k in ("success_rate", "return_mean", "turns_per_episode")
+        },
+        "solved": solved,
       }
       print(
         f"checkpoint {step}: success {ev['success_rate']:.4f} on "
         f"{len(run.eval_tasks)} levels, return {ev['return_mean']:.3f}"
+      )
+  references = {}
+  if len(results) > 1:
+    first = next(iter(results))
+    references[f"step {first}"] = results[first]["solved"]
+  if against is not None:
+    references[_AGAINST.value] = against
+  for name, reference in references.items():
+    print(f"\nPaired with {name} (McNemar's exact test):")
+    print("| step | tasks | rate then | rate now | lost | gained | p |")
+    print("|---|---|---|---|---|---|---|")
+    for step, r in results.items():
+      paired = report.paired_tasks(reference, r["solved"])
+      r.setdefault("paired", {})[name] = paired.to_dict()
+      print(
+        f"| {step} | {paired.n} | {paired.rate_a:.3f} | {paired.rate_b:.3f} "
+        f"| {paired.only_a} | {paired.only_b} | {paired.p_value:.3g} |"
       )
   out = pathlib.Path(_OUT.value)
   payload = {"source": _SOURCE.value, "eval_tasks": _TASKS.value}

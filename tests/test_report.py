@@ -70,6 +70,32 @@ def test_paired_difference_by_hand():
   assert (ci.lo, ci.hi) == pytest.approx((1 / 6 - half, 1 / 6 + half))
 
 
+def test_paired_tasks_by_hand():
+  # 10 shared tasks: 2 both, 6 only A, 0 only B, 2 neither; "x" and "y"
+  # are in one evaluation only and do not count.
+  a = {f"t{i}": i < 8 for i in range(10)} | {"x": True}
+  b = {f"t{i}": i < 2 for i in range(10)} | {"y": False}
+  got = report.paired_tasks(a, b)
+  assert (got.n, got.both, got.only_a, got.only_b, got.neither) == (
+    10,
+    2,
+    6,
+    0,
+    2,
+  )
+  # All 6 discordant tasks went one way: 2 x (1/2)^6 = 1/32.
+  assert got.p_value == pytest.approx(1 / 32)
+  assert (got.rate_a, got.rate_b) == (0.8, 0.2)
+  assert got.to_dict()["difference"] == pytest.approx(-0.6)
+  # 3 against 1 of 4 discordant: P(X <= 1) + P(X >= 3) = 10/16.
+  c = {"t0": True, "t1": True, "t2": True, "t3": False, "t4": True}
+  d = {"t0": False, "t1": False, "t2": False, "t3": True, "t4": True}
+  assert report.paired_tasks(c, d).p_value == pytest.approx(10 / 16)
+  assert report.paired_tasks(c, c).p_value == 1.0  # nothing discordant
+  with pytest.raises(report.ReportError, match="share no task"):
+    report.paired_tasks({"x": True}, {"y": True})
+
+
 def _machine(key, cpu="EPYC"):
   """A machine record as `loop.record_machine` keeps it (fields trimmed)."""
   return {

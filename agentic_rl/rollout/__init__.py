@@ -16,7 +16,12 @@ from agentic_rl.rollout.driver import (
   env_factory_from_options,
   make_samplers,
 )
-from agentic_rl.rollout.evaluation import eval_metrics, evaluate, play
+from agentic_rl.rollout.evaluation import (
+  eval_metrics,
+  evaluate,
+  play,
+  solved_by_task,
+)
 from agentic_rl.rollout.metrics import (
   failure_codes,
   generated_tokens,
@@ -37,5 +42,6 @@ __all__ = [
   "generated_tokens",
   "make_samplers",
   "play",
+  "solved_by_task",
   "rollout_metrics",
 ]

@@ -80,6 +80,21 @@ def play(
   return trajectories, player.last_metrics.get("seconds", 0.0)
 
 
+def solved_by_task(
+  trajectories: Sequence[Trajectory], rollout: Rollout
+) -> dict[str, bool]:
+  """Task id -> whether its one episode succeeded (the reward stack's
+  verdict, as in `success_rate`), for task-by-task comparisons of two
+  evaluations (`report.paired_tasks`). A `ValueError` if a task was played
+  more than once (group_size > 1 has no single verdict a task)."""
+  solved: dict[str, bool] = {}
+  for t in trajectories:
+    if t.task.id in solved:
+      raise ValueError(f"task {t.task.id} was played more than once")
+    solved[t.task.id] = bool(rollout.reward_stack.succeeded(t))
+  return solved
+
+
 def eval_metrics(
   trajectories: Sequence[Trajectory], rollout: Rollout, seconds: float
 ) -> dict[str, float]:

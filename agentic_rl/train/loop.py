@@ -71,6 +71,8 @@ from agentic_rl.rollout import (
   env_factory_from_options,
   eval_metrics,
   make_samplers,
+  play,
+  solved_by_task,
 )
 from agentic_rl.rollout import evaluate as evaluate_policy
 from agentic_rl.rollout.demos import expert_trajectories
@@ -756,6 +758,17 @@ def evaluate(run: Run) -> dict[str, float]:
   """Greedy episodes on the held-out tasks with the current policy."""
   _sync_policy(run)
   return evaluate_policy(run.rollout, run.eval_tasks, greedy=True)
+
+
+def evaluate_by_task(run: Run) -> tuple[dict[str, float], dict[str, bool]]:
+  """`evaluate`'s metrics and, per held-out task id, whether it was solved:
+  what a scoring script keeps to compare checkpoints task by task."""
+  _sync_policy(run)
+  trajectories, seconds = play(run.rollout, run.eval_tasks, greedy=True)
+  return (
+    eval_metrics(trajectories, run.rollout, seconds),
+    solved_by_task(trajectories, run.rollout),
+  )
 
 
 def _mean_metrics(history: list[dict[str, float]]) -> dict[str, float]:

@@ -30,6 +30,7 @@ from agentic_rl.rollout import (
   failure_codes,
   make_samplers,
   play,
+  solved_by_task,
 )
 from agentic_rl.sampling import Sampler
 from agentic_rl.types import (
@@ -409,6 +410,20 @@ def test_eval_metrics_on_handmade_trajectories(model, tokenizer):
   assert out["success_rate/d0"] == 0.0
   assert out["success_rate/d2"] == pytest.approx(2 / 3)
   assert "success_rate/d1" not in out
+
+  # Per task: the verdict `success_rate` averages, keyed by task id.
+  def named(task_id: str, success: float) -> Trajectory:
+    t = traj(success)
+    return dataclasses.replace(t, task=dataclasses.replace(task, id=task_id))
+
+  played = [named("a", 1.0), named("b", 0.0), named("c", 1.0)]
+  solved = solved_by_task(played, rollout)
+  assert solved == {"a": True, "b": False, "c": True}
+  assert np.mean(list(solved.values())) == pytest.approx(
+    eval_metrics(played, rollout, 1.0)["success_rate"]
+  )
+  with pytest.raises(ValueError, match="task b was played more than once"):
+    solved_by_task([*played, named("b", 1.0)], rollout)
 
 
 def test_tool_metrics_count_calls_and_failures_per_tool(model, tokenizer):

@@ -152,8 +152,10 @@ def test_a_run_rebuilt_from_its_config_json_scores_the_same(sft_stage):
   with loop.scratch_run(config) as run:
     assert run.rl_step is None  # scoring builds no update
     loop.restore_step(run, source / "checkpoints", 0)
-    got = loop.evaluate(run)
+    got, solved = loop.evaluate_by_task(run)
+    assert list(solved) == [t.id for t in run.eval_tasks]
   assert config.init_from and config.rl.steps == 2  # the caller's, as it was
+  assert np.mean(list(solved.values())) == got["success_rate"]
   assert got["success_rate"] == stage["success_after_sft"]
   (sft_eval,) = [e for e in stage["evals"] if e["phase"] == "sft"]
   assert got["return_mean"] == pytest.approx(sft_eval["return_mean"])
