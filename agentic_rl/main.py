@@ -20,6 +20,15 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Checkpoints and logs.")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
+def _paired_line(paired: dict | None) -> str:
+  if not paired:
+    return ""
+  return (
+    f"task by task (of {paired['n']}): RL lost {paired['only_a']}, gained "
+    f"{paired['only_b']} (McNemar p={paired['p_value']:.3g})\n"
+  )
+
+
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)  # orbax logs every file at INFO
@@ -38,7 +47,8 @@ def main(argv):
     f"{evals}\n"
     f"success after SFT: {summary['success_after_sft']:.3f}  ->  "
     f"after RL: {summary['success_after_rl']:.3f}\n"
-    f"TensorBoard logs: {summary['tensorboard']}\n"
+    + _paired_line(summary.get("rl_vs_sft"))
+    + f"TensorBoard logs: {summary['tensorboard']}\n"
     f"summary: {json.dumps(summary['workdir'])}/summary.json"
   )
 

@@ -57,7 +57,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from agentic_rl import estimators, losses, machine, rewards
+from agentic_rl import estimators, losses, machine, report, rewards
 from agentic_rl import sharding as shd
 from agentic_rl.data import packing, trajectory_io
 from agentic_rl.data.curriculum import SuccessRateCurriculum
@@ -283,7 +283,7 @@ def setup(config, workdir: str) -> Run:
       {
         f"eval/{k}": v
         for k, v in sft_eval.items()
-        if k not in ("phase", "rl_step")
+        if k not in ("phase", "rl_step", "solved")
       },
     )
   sft_step = make_sft_step(
@@ -1279,10 +1279,10 @@ def train(config, workdir: str) -> dict[str, Any]:
       if run.host["sft_step"] < config.sft.steps:
         sft(run)
       offline_dpo(run)
-      ev = evaluate(run)
+      ev, solved = evaluate_by_task(run)
       run.writer.write_scalars(0, {f"eval/{k}": v for k, v in ev.items()})
       run.host["evals"].append(
-        {"phase": "sft", "rl_step": 0, **_eval_headline(ev)}
+        {"phase": "sft", "rl_step": 0, **_eval_headline(ev), "solved": solved}
       )
       _start_rl(run)
       _save(run)
@@ -1293,10 +1293,10 @@ def train(config, workdir: str) -> dict[str, Any]:
       metrics = rl_step(run, reference)
       i = run.host["rl_step"]
       if i % config.eval_every == 0 or i == config.rl.steps:
-        ev = evaluate(run)
+        ev, solved = evaluate_by_task(run)
         metrics.update({f"eval/{k}": v for k, v in ev.items()})
         run.host["evals"].append(
-          {"phase": "rl", "rl_step": i, **_eval_headline(ev)}
+          {"phase": "rl", "rl_step": i, **_eval_headline(ev), "solved": solved}
         )
       run.writer.write_scalars(i, metrics)
       if i % config.checkpoint_every == 0 or i == config.rl.steps:
@@ -1319,6 +1319,17 @@ def _eval_headline(ev: dict[str, float]) -> dict[str, float]:
   }
 
 
+def _rl_vs_sft(before, after) -> dict[str, float] | None:
+  """The last RL evaluation against the post-SFT one, task by task
+  (`report.paired_tasks`: tasks lost, gained, McNemar's p), or None without
+  both (or with evaluations kept before per-task results were, 2026-12-05)."""
+  if not (before and after) or after["phase"] != "rl":
+    return None
+  if "solved" not in before or "solved" not in after:
+    return None
+  return report.paired_tasks(before["solved"], after["solved"]).to_dict()
+
+
 def _summary(run: Run) -> dict[str, Any]:
   evals = run.host["evals"]
   before = next((e for e in evals if e["phase"] == "sft"), None)
@@ -1330,6 +1341,7 @@ def _summary(run: Run) -> dict[str, Any]:
     "eval_tasks": len(run.eval_tasks),
     "success_after_sft": before and before["success_rate"],
     "success_after_rl": after and after["success_rate"],
+    "rl_vs_sft": _rl_vs_sft(before, after),
     "rl_steps": run.host["rl_step"],
     "distill": run.host.get("distill"),
     "dpo": run.host.get("dpo"),

@@ -90,6 +90,16 @@ def test_smoke_run_writes_everything(straight):
   ]
   assert sft_rows and all(math.isfinite(r["sft/loss"]) for r in sft_rows)
   assert summary["success_after_sft"] is not None
+  # Each evaluation keeps its verdict per task; the summary pairs the last
+  # with the post-SFT one on the same tasks.
+  for e in summary["evals"]:
+    assert len(e["solved"]) == summary["eval_tasks"]
+    assert np.mean(list(e["solved"].values())) == e["success_rate"]
+  paired = summary["rl_vs_sft"]
+  assert paired["n"] == summary["eval_tasks"]
+  assert paired["rate_a"] == summary["success_after_sft"]
+  assert paired["rate_b"] == summary["success_after_rl"]
+  assert 0.0 <= paired["p_value"] <= 1.0
   # The machine it ran on, recorded at launch, from the start of SFT.
   (here,) = summary["machines"]
   assert here["key"] == machine.describe()["key"]
