@@ -237,7 +237,7 @@ def paired_difference(
 
 @dataclasses.dataclass(frozen=True)
 class PairedTasks:
-  """Two evaluations of one policy pair on the same tasks, task by task.
+  """Two evaluations on the same tasks, compared task by task.
 
   `only_a` / `only_b`: tasks one solved and the other did not. Their
   split decides the comparison (McNemar's test): under "no difference"

@@ -42,6 +42,6 @@ __all__ = [
   "generated_tokens",
   "make_samplers",
   "play",
-  "solved_by_task",
   "rollout_metrics",
+  "solved_by_task",
 ]
