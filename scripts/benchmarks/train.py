@@ -17,7 +17,7 @@ skips the full-attention rows).
 
 `--variants=ATTN/REMAT/CHUNK,...` times those forms instead of the
 blocked/full pair: ATTN is `full` or a query block (64), REMAT one of
-`ModelConfig.remat` ("none" keeps the 28 layers unrolled; "full" and
+`ModelConfig.remat` ("none" keeps the layers unrolled; "full" and
 "dots" scan them), CHUNK the training log-probs' `logits_chunk` (0: whole).
 Each row also holds the compiled step's temporary memory. With `--trace`
 one more update of each row runs under `jax.profiler.trace`: the row gets
@@ -228,7 +228,8 @@ def time_update(
 
 
 def parse_variant(text: str) -> tuple[str, str, int]:
-  """ "full/dots/1024" -> ("full", "dots", 1024); ATTN may be a block size."""
+  """An ATTN/REMAT/CHUNK string as a tuple: "full/dots/1024" -> ("full",
+  "dots", 1024); ATTN is "full" or a query block size."""
   parts = text.split("/")
   if len(parts) != 3:
     raise ValueError(f"a variant is ATTN/REMAT/CHUNK: {text!r}")
