@@ -756,13 +756,13 @@ def _sync_policy(run: Run) -> None:
 
 def evaluate(run: Run) -> dict[str, float]:
   """Greedy episodes on the held-out tasks with the current policy."""
-  _sync_policy(run)
-  return evaluate_policy(run.rollout, run.eval_tasks, greedy=True)
+  return evaluate_by_task(run)[0]
 
 
 def evaluate_by_task(run: Run) -> tuple[dict[str, float], dict[str, bool]]:
-  """`evaluate`'s metrics and, per held-out task id, whether it was solved:
-  what a scoring script keeps to compare checkpoints task by task."""
+  """Greedy episodes on the held-out tasks with the current policy: their
+  metrics and, per task id, whether it was solved (what the run's
+  evaluations and the scoring scripts keep to compare task by task)."""
   _sync_policy(run)
   trajectories, seconds = play(run.rollout, run.eval_tasks, greedy=True)
   return (
