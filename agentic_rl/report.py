@@ -22,7 +22,11 @@ For every environment and estimator this computes, over seeds,
   points with float noise alone);
   per paired seed, whether the two runs ran on the same machine
   (`agentic_rl.machine`): on different CPUs the same seed is not the same
-  run, so those pairs carry cross-machine noise besides the arm's effect.
+  run, so those pairs carry cross-machine noise besides the arm's effect;
+  task by task, for runs whose summaries keep per-task verdicts: the final
+  evaluation against the post-SFT one and against the baseline's, the
+  discordant (seed, task) pairs pooled over seeds with McNemar's exact
+  test (`pooled_tasks`).
 
 Evaluation points come from the metrics file's `eval/*` entries: the row
 at step 0 (no `sft/` keys) is the SFT policy's evaluation (older runs lack
@@ -99,6 +103,19 @@ class RunCurve:
   # 2026-12-04). `machine_labels` maps each key to a readable name.
   machines: tuple[str, ...] | None = None
   machine_labels: dict[str, str] = dataclasses.field(default_factory=dict)
+  # Per-task verdicts (task id -> solved) of the evaluations that kept them
+  # (summary.json, runs begun from 2026-12-05 on), by RL step, 0 = after SFT.
+  solved: dict[int, dict[str, bool]] = dataclasses.field(default_factory=dict)
+
+  @property
+  def final_solved(self) -> dict[str, bool] | None:
+    """The last RL evaluation's per-task verdicts, if kept."""
+    last = int(self.steps[-1])
+    return self.solved.get(last) if last > 0 else None
+
+  @property
+  def sft_solved(self) -> dict[str, bool] | None:
+    return self.solved.get(0)
 
   @property
   def final_success(self) -> float:
@@ -282,17 +299,45 @@ def paired_tasks(
   pairs = [(bool(solved_a[t]), bool(solved_b[t])) for t in shared]
   only_a = sum(a and not b for a, b in pairs)
   only_b = sum(b and not a for a, b in pairs)
-  discordant = only_a + only_b
-  p = (
-    scipy.stats.binomtest(only_a, discordant, 0.5).pvalue if discordant else 1.0
-  )
   return PairedTasks(
     n=len(shared),
     both=sum(a and b for a, b in pairs),
     only_a=only_a,
     only_b=only_b,
     neither=sum(not (a or b) for a, b in pairs),
-    p_value=float(p),
+    p_value=_mcnemar_p(only_a, only_b),
+  )
+
+
+def _mcnemar_p(only_a: int, only_b: int) -> float:
+  """Exact two-sided McNemar p: each discordant task a fair coin."""
+  discordant = only_a + only_b
+  if not discordant:
+    return 1.0
+  return float(scipy.stats.binomtest(only_a, discordant, 0.5).pvalue)
+
+
+def pooled_tasks(pairs: Sequence[PairedTasks]) -> PairedTasks:
+  """Several task-by-task comparisons (one per seed) as one.
+
+  Counts add up and McNemar's exact p is taken on the summed discordant
+  (seed, task) pairs: under "no difference" each is a fair coin,
+  independent of the others, so the pooled test is exact. It asks whether
+  these trained policies differ on these tasks; whether the *method*
+  differs across training seeds is the seed interval's question (few
+  seeds make that one wide, pooling tasks makes this one sharp).
+  """
+  if not pairs:
+    raise ReportError("no task-by-task comparison to pool")
+  only_a = sum(p.only_a for p in pairs)
+  only_b = sum(p.only_b for p in pairs)
+  return PairedTasks(
+    n=sum(p.n for p in pairs),
+    both=sum(p.both for p in pairs),
+    only_a=only_a,
+    only_b=only_b,
+    neither=sum(p.neither for p in pairs),
+    p_value=_mcnemar_p(only_a, only_b),
   )
 
 
@@ -428,7 +473,18 @@ def load_run(root: str | os.PathLike, run: Mapping[str, Any]) -> RunCurve:
     difficulty_steps=np.asarray(level_steps, np.float64),
     machines=machines,
     machine_labels=machine_labels,
+    solved=solved_by_step(summary),
   )
+
+
+def solved_by_step(summary: Mapping[str, Any]) -> dict[int, dict[str, bool]]:
+  """RL step -> per-task verdicts of a summary's evaluations that kept
+  them (0 = the evaluation after SFT)."""
+  return {
+    int(e["rl_step"]): dict(e["solved"])
+    for e in summary.get("evals", [])
+    if "solved" in e
+  }
 
 
 def read_manifest(root: str | os.PathLike) -> dict[str, Any]:
@@ -523,8 +579,44 @@ def summarize_env(
         )
         pairs[pair] += 1
       row["machine_pairs"] = pairs
+      tasks = _pooled_or_none(
+        {
+          s: (by_est[baseline][s].final_solved, runs[s].final_solved)
+          for s in sorted(set(runs) & set(by_est[baseline]))
+        },
+        f"{est} against {baseline}",
+      )
+      if tasks:
+        row["tasks_vs_baseline"] = tasks
+    tasks = _pooled_or_none(
+      {s: (c.sft_solved, c.final_solved) for s, c in runs.items()},
+      f"{est} after RL against after SFT",
+    )
+    if tasks:
+      row["rl_vs_sft_tasks"] = tasks
     out[est] = row
   return out
+
+
+def _pooled_or_none(
+  by_seed: Mapping[int, tuple[Mapping[str, bool] | None, ...]], what: str
+) -> dict[str, Any] | None:
+  """`pooled_tasks` over the seeds whose two evaluations both kept per-task
+  verdicts (as a dict with the seeds it pooled), or None if none did."""
+  pairs = {}
+  for seed, (a, b) in by_seed.items():
+    if a is None or b is None:
+      continue
+    try:
+      pairs[seed] = paired_tasks(a, b)
+    except ReportError as e:
+      raise ReportError(f"{what}, seed {seed}: {e}") from None
+  if not pairs:
+    return None
+  return {
+    **pooled_tasks(list(pairs.values())).to_dict(),
+    "seeds": sorted(pairs),
+  }
 
 
 def summarize(
@@ -889,6 +981,27 @@ def _env_table(env: str, stats: Mapping[str, Any], baseline: str) -> str:
         else " baseline |"
       )
     )
+  if any(
+    "rl_vs_sft_tasks" in row or "tasks_vs_baseline" in row
+    for row in stats.values()
+  ):
+    lines += [
+      "",
+      "Final evaluations task by task, pooled over the seeds whose runs kept"
+      " per-task results: McNemar's exact test on the (seed, task) pairs"
+      " that differ. It asks whether these trained policies differ on these"
+      " tasks; the seed intervals above ask whether the estimator does.",
+      "",
+      "| estimator | RL against its SFT start: tasks lost / gained (p) |"
+      f" against {baseline}: tasks only {baseline} / only this one solved"
+      " (p) |",
+      "|---|---|---|",
+    ]
+    for est, row in stats.items():
+      lines.append(
+        f"| {est} | {_tasks_cell(row.get('rl_vs_sft_tasks'))} |"
+        f" {_tasks_cell(row.get('tasks_vs_baseline'), est == baseline)} |"
+      )
   mixed = {
     est: row["machine_pairs"]["different"]
     for est, row in stats.items()
@@ -939,6 +1052,19 @@ def _env_table(env: str, stats: Mapping[str, Any], baseline: str) -> str:
         f" {_ci(vs['train_success_gain']) if vs else 'baseline'} |"
       )
   return "\n".join(lines)
+
+
+def _tasks_cell(d: Mapping[str, Any] | None, is_baseline: bool = False) -> str:
+  """A pooled task-by-task comparison as "A-only / B-only (p=..., ...)"."""
+  if is_baseline:
+    return "baseline"
+  if d is None:
+    return "not kept"
+  seeds = len(d["seeds"])
+  return (
+    f"{d['only_a']} / {d['only_b']} (p={d['p_value']:.2g};"
+    f" {seeds} seed{'s' * (seeds != 1)}, {d['n']} tasks)"
+  )
 
 
 def _side(d: Mapping[str, Any] | None) -> str | None:
@@ -1271,6 +1397,14 @@ def final_eval(run_dir: str | os.PathLike, metric: str) -> float:
   return float(found[-1])
 
 
+def final_solved(run_dir: str | os.PathLike) -> dict[str, bool] | None:
+  """Per-task verdicts of a run's last RL evaluation, if it kept them."""
+  evals = _read_json(pathlib.Path(run_dir) / "summary.json").get("evals", [])
+  if evals and evals[-1].get("phase") == "rl" and "solved" in evals[-1]:
+    return dict(evals[-1]["solved"])
+  return None
+
+
 def compare_conditions(
   root_a: str | os.PathLike,
   root_b: str | os.PathLike,
@@ -1285,7 +1419,9 @@ def compare_conditions(
 
   Runs are `<root>/<env>/<estimator>/seed<seed>` as a sweep lays them out,
   so two sweeps that differ in one setting (same seeds, same SFT stages)
-  pair run for run.
+  pair run for run. The success row also carries `tasks`: the final
+  evaluations compared task by task, pooled over the seeds whose runs
+  kept per-task verdicts (`pooled_tasks`; a = A, b = B), or None.
   """
 
   def finished_seeds(root, est) -> dict[int, pathlib.Path]:
@@ -1311,6 +1447,10 @@ def compare_conditions(
         for d in (a, b)
       )
       pairs[machine_pair(ka[0], kb[0])] += 1
+    tasks = _pooled_or_none(
+      {s: (final_solved(a[s]), final_solved(b[s])) for s in shared},
+      f"{env}/{est} under {root_b} against {root_a}",
+    )
     for metric in metrics:
       va = {s: final_eval(a[s], metric) for s in shared}
       vb = {s: final_eval(b[s], metric) for s in shared}
@@ -1322,6 +1462,8 @@ def compare_conditions(
           "b": vb,
           "b_minus_a": paired_difference(vb, va).to_dict(),
           "machine_pairs": pairs,
+          # Final success task by task, pooled over seeds (B against A).
+          "tasks": tasks if metric == "eval/success_rate" else None,
         }
       )
   return out
@@ -1334,8 +1476,8 @@ def comparison_table(
   lines = [
     f"| estimator | metric | {label_a} (by seed, %) | {label_b} (%) "
     f"| paired {label_b} − {label_a} | pairs on one machine / different /"
-    " unrecorded |",
-    "|---|---|---|---|---|---|",
+    f" unrecorded | tasks only {label_a} / only {label_b} solved (p) |",
+    "|---|---|---|---|---|---|---|",
   ]
   for r in rows:
     cells = [
@@ -1347,6 +1489,11 @@ def comparison_table(
       f"| {r['estimator']} | `{r['metric']}` | {cells[0]} | {cells[1]} "
       f"| {_ci(r['b_minus_a'])} | {p['same']} / {p['different']} /"
       f" {p['unknown']} |"
+      + (
+        f" {_tasks_cell(r.get('tasks'))} |"
+        if r["metric"] == "eval/success_rate"
+        else " – |"
+      )
     )
   return "\n".join(lines)
 

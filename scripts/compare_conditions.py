@@ -9,8 +9,10 @@
 
 For each estimator and metric: the value at each run's last evaluation,
 by seed, under A and under B, and the paired difference B - A (mean and
-95% t-interval over the seeds finished under both). Prints a Markdown
-table and writes it, with the numbers, as JSON.
+95% t-interval over the seeds finished under both); for success, also the
+final evaluations task by task, pooled over the seeds whose runs kept
+per-task verdicts (tasks only A solved / only B solved, McNemar's exact
+p). Prints a Markdown table and writes it, with the numbers, as JSON.
 """
 
 import json

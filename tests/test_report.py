@@ -96,6 +96,29 @@ def test_paired_tasks_by_hand():
     report.paired_tasks({"x": True}, {"y": True})
 
 
+def test_pooled_tasks_by_hand():
+  # Two seeds, each 3 tasks lost and none gained of 5: alone p = 2/8 each,
+  # pooled 6 against 0 of 6 discordant: p = 2/64.
+  a = {f"t{i}": i < 4 for i in range(5)}
+  b = {f"t{i}": i < 1 for i in range(5)}
+  one = report.paired_tasks(a, b)
+  assert one.p_value == pytest.approx(1 / 4)
+  got = report.pooled_tasks([one, one])
+  assert (got.n, got.both, got.only_a, got.only_b, got.neither) == (
+    10,
+    2,
+    6,
+    0,
+    2,
+  )
+  assert got.p_value == pytest.approx(1 / 32)
+  # Opposite splits cancel: 3-0 and 0-3 pool to 3-3, p = 1.
+  back = report.paired_tasks(b, a)
+  assert report.pooled_tasks([one, back]).p_value == 1.0
+  with pytest.raises(report.ReportError, match="no task-by-task"):
+    report.pooled_tasks([])
+
+
 def _machine(key, cpu="EPYC"):
   """A machine record as `loop.record_machine` keeps it (fields trimmed)."""
   return {
@@ -121,8 +144,12 @@ def _write_run(
   nan=False,
   slope=0.1,
   machines=(),
+  solved=None,
 ):
   """A run dir as the loop writes it; curve = [(rl_step, success, return)].
+
+  `solved`: per-task verdicts after SFT and at the last RL step, (sft, rl),
+  kept in summary.json as runs from 2026-12-05 on keep them.
 
   RL step i's sampled batch succeeds at rate `slope` * i.
 
@@ -154,6 +181,16 @@ def _write_run(
     ]
   }
   summary["evals"][0]["return_mean"] = evals[0][1]
+  if solved is not None:
+    summary["evals"][0]["solved"] = solved[0]
+    summary["evals"].append(
+      {
+        "phase": "rl",
+        "rl_step": last,
+        "success_rate": evals[last][0],
+        "solved": solved[1],
+      }
+    )
   if machines:
     summary["machines"] = list(machines)
   (wd / "summary.json").write_text(json.dumps(summary))
@@ -170,6 +207,25 @@ CURVES = {
   ("gigpo", 0): [(0, 0.0, -1.0), (1, 0.4, 0.0), (2, 0.5, 0.2)],
   ("gigpo", 1): [(0, 0.0, -1.0), (1, 0.6, 0.2), (2, 0.9, 0.6)],
   ("gigpo", 2): [(0, 0.2, -0.8), (1, 0.2, -0.4), (2, 0.6, 0.4)],
+}
+
+
+def _first(k, n=10):
+  """Per-task verdicts: the first k of n tasks solved."""
+  return {f"t{i}": i < k for i in range(n)}
+
+
+# Per-task verdicts (after SFT, final) of the runs that kept them; grpo
+# seed 0 predates them. Rates match CURVES on 10 tasks.
+SOLVED = {
+  ("grpo", 1): (_first(0), _first(6)),
+  ("grpo", 2): (_first(2), _first(5)),
+  ("gigpo", 0): (_first(0), _first(5)),
+  ("gigpo", 1): (_first(0), _first(9)),
+  ("gigpo", 2): (
+    _first(2),
+    {f"t{i}": i in (0, 1, 2, 3, 8, 9) for i in range(10)},
+  ),
 }
 
 
@@ -198,6 +254,7 @@ def sweep_root(tmp_path):
       resumed=old,
       slope=slope,
       machines=where,
+      solved=SOLVED.get((est, seed)),
     )
     runs.append({"name": name, "env": "lake", "estimator": est, "seed": seed})
   _write_run(root, "checks/mesh", CURVES[("grpo", 0)], nan=True)
@@ -288,6 +345,20 @@ def test_summary_statistics_by_hand(sweep_root):
   (check,) = s["checks"]
   assert check["name"] == "checks/mesh" and not check["finite"]
   assert s["seconds_per_run"]["mean"] == pytest.approx(10.0)
+  # Task by task (SOLVED), pooled over the seeds that kept verdicts.
+  # RL against SFT: grpo seeds 1, 2 gained 6 + 3, lost none: 2 / 2^9.
+  t = grpo["rl_vs_sft_tasks"]
+  assert (t["seeds"], t["n"], t["only_a"], t["only_b"]) == ([1, 2], 20, 0, 9)
+  assert t["p_value"] == pytest.approx(2 / 2**9)
+  # gigpo seeds 0-2 gained 5 + 9 + 4.
+  t = gigpo["rl_vs_sft_tasks"]
+  assert (t["seeds"], t["only_a"], t["only_b"]) == ([0, 1, 2], 0, 18)
+  # Against grpo (seed 0's baseline kept none): seed 1 0 / 3, seed 2 1 / 2
+  # (t4 only grpo; t8, t9 only gigpo); 1 of 6: (1 + 6 + 6 + 1) / 64.
+  t = gigpo["tasks_vs_baseline"]
+  assert (t["seeds"], t["n"], t["only_a"], t["only_b"]) == ([1, 2], 20, 1, 5)
+  assert t["p_value"] == pytest.approx(14 / 64)
+  assert "tasks_vs_baseline" not in grpo
   (finding,) = report.findings(s)
   assert "gigpo − grpo" in finding and "95% CI covers 0" in finding
   # Late 0.15 +- 0.25 covers 0 as final does.
@@ -310,6 +381,8 @@ def test_write_report_files(sweep_root, tmp_path):
   assert "86.7 vs 72.8" in readme
   assert "lake/rloo/seed0" in readme
   assert "all metrics finite: NO" in readme
+  assert "| grpo | 0 / 9 (p=0.0039; 2 seeds, 20 tasks) | baseline |" in readme
+  assert "| 1 / 5 (p=0.22; 2 seeds, 20 tasks) |" in readme
   assert (out / "curves_lake.png").stat().st_size > 1000
   assert (out / "paired_lake.png").stat().st_size > 1000
   assert "](paired_lake.png)" in readme
@@ -525,11 +598,15 @@ def test_compare_conditions_pairs_runs_by_seed(tmp_path):
     for seed, final in by_seed.items():
       # Seed 0 ran on machine A under both, seed 1 on A then B.
       key = "b" * 16 if (cond, seed) == ("b", 1) else "a" * 16
+      # Per-task verdicts on 4 tasks (rates as `finals`) under both
+      # conditions for seed 0, only under B for seed 1.
+      kept = (cond, seed) in (("a", 0), ("b", 0), ("b", 1))
       _write_run(
         tmp_path / cond,
         f"qa/grpo/seed{seed}",
         [(0, 0.0, 0.0), (1, 0.1, 0.0), (2, final, 0.0)],
         machines=[_machine(key)],
+        solved=(_first(0, 4), _first(int(4 * final), 4)) if kept else None,
       )
   (row,) = report.compare_conditions(
     tmp_path / "a", tmp_path / "b", "qa", ["grpo"], ["eval/success_rate"]
@@ -543,7 +620,12 @@ def test_compare_conditions_pairs_runs_by_seed(tmp_path):
   table = report.comparison_table([row], "on", "off")
   assert "| grpo | `eval/success_rate` | 25.0 / 50.0 | 50.0 / 50.0 |" in table
   assert row["machine_pairs"] == {"same": 1, "different": 1, "unknown": 0}
-  assert table.rstrip().endswith("| 1 / 1 / 0 |")
+  # Task by task, seed 0 only (seed 1's A run kept none): A solved t0,
+  # B t0 and t1: 0 / 1, p = 1.
+  t = row["tasks"]
+  assert (t["seeds"], t["n"], t["only_a"], t["only_b"]) == ([0], 4, 0, 1)
+  assert t["p_value"] == 1.0
+  assert table.rstrip().endswith("| 1 / 1 / 0 | 0 / 1 (p=1; 1 seed, 4 tasks) |")
   with pytest.raises(report.ReportError, match="no RL row logs"):
     report.compare_conditions(
       tmp_path / "a", tmp_path / "b", "qa", ["grpo"], ["eval/nope"]
