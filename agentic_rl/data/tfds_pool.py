@@ -74,6 +74,19 @@ def record_to_task(record: Mapping[str, Any]) -> tuple[int, Task]:
   return int(record["index"]), task
 
 
+class _LocalInfo(tfds.core.DatasetInfo):
+  """DatasetInfo of a pool that exists only on local disk.
+
+  A builder whose info file is not written yet asks `initialize_from_bucket`
+  for precomputed metadata on the TFDS bucket; tfds 4.9 makes a temporary
+  directory for it first and never removes it, even with GCS off (one empty
+  `/tmp/tmp*tfds` per `write_pool`). A task pool is never on the bucket.
+  """
+
+  def initialize_from_bucket(self) -> None:
+    pass
+
+
 class TaskPoolDataset(tfds.core.GeneratorBasedBuilder):
   """Tasks of a `TaskPool`, one tfds split per task split.
 
@@ -112,7 +125,7 @@ class TaskPoolDataset(tfds.core.GeneratorBasedBuilder):
   def _info(self) -> tfds.core.DatasetInfo:
     # DatasetInfo directly: `dataset_info_from_configs` reads metadata files
     # from the package directory, which a code-defined builder does not have.
-    return tfds.core.DatasetInfo(
+    return _LocalInfo(
       builder=self,
       description="Agentic RL tasks: taxonomy, seed and JSON payload.",
       features=tfds.features.FeaturesDict(

@@ -4,6 +4,7 @@ import importlib.util
 import json
 import math
 import sys
+import tempfile
 
 import pytest
 import tensorflow_datasets as tfds
@@ -68,6 +69,18 @@ def test_round_trip_preserves_tasks_and_order(tmp_path):
   assert len(source["train"]) == len(pool.split("train"))
   assert importlib.util.find_spec("tensorflow") is None
   assert "tensorflow" not in sys.modules
+
+
+def test_writing_and_reading_leave_no_temporary_directory(
+  tmp_path, monkeypatch
+):
+  # tfds's bucket lookup used to leave an empty tmp*tfds per write_pool.
+  scratch = tmp_path / "tmp"
+  scratch.mkdir()
+  monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+  path = tfds_pool.write_pool(odd_pool(), str(tmp_path / "data"), "odd")
+  tfds_pool.load_pool(path)
+  assert list(scratch.iterdir()) == []
 
 
 def test_unicode_nan_and_big_ints_survive(tmp_path):
