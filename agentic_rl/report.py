@@ -341,6 +341,26 @@ def pooled_tasks(pairs: Sequence[PairedTasks]) -> PairedTasks:
   )
 
 
+def read_solved(ref: str) -> dict[str, bool]:
+  """Per-task verdicts named by `FILE:STEP`.
+
+  FILE is an output of `scripts/evaluate_checkpoints.py` (STEP one of its
+  checkpoint steps) or a run's summary.json (STEP an RL step of one of its
+  evaluations, 0 = after SFT).
+  """
+  path, sep, step = ref.rpartition(":")
+  if not sep or not path or not step.isdigit():
+    raise ReportError(f"expected FILE:STEP, got {ref!r}")
+  record = _read_json(pathlib.Path(path))
+  if "results" in record:
+    solved = record["results"].get(step, {}).get("solved")
+  else:
+    solved = solved_by_step(record).get(int(step))
+  if solved is None:
+    raise ReportError(f"{path} has no per-task results for step {step}")
+  return dict(solved)
+
+
 # ---------------------------------------------------------------------------
 # Reading runs.
 

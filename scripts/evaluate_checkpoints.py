@@ -42,24 +42,13 @@ _OUT = flags.DEFINE_string("out", None, "JSON output path.")
 flags.mark_flags_as_required(["source", "steps", "out"])
 
 
-def read_solved(ref: str) -> dict[str, bool]:
-  """The per-task results of `EVAL.json:STEP` (an output of this script)."""
-  path, sep, step = ref.rpartition(":")
-  if not sep or not path:
-    raise app.UsageError(f"--against is EVAL.json:STEP, got {ref!r}")
-  results = json.loads(pathlib.Path(path).read_text())["results"]
-  if step not in results or "solved" not in results[step]:
-    raise app.UsageError(f"{path} has no per-task results for step {step}")
-  return results[step]["solved"]
-
-
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
   source = pathlib.Path(_SOURCE.value)
   config = _CONFIG.value or loop.run_config(source.resolve().parent)
   config.tasks.eval_counts = (_TASKS.value,)
-  against = read_solved(_AGAINST.value) if _AGAINST.value else None
+  against = report.read_solved(_AGAINST.value) if _AGAINST.value else None
   results = {}
   with loop.scratch_run(config) as run:
     for step in (int(s) for s in _STEPS.value):

@@ -888,3 +888,67 @@ def test_report_plots_and_tables_each_difficulty(tmp_path):
   readme = (tmp_path / "out" / "README.md").read_text()
   assert "](difficulty_lake.png)" in readme and "| Δ d1 |" in readme
   assert not (tmp_path / "out" / "advantages.png").exists()
+
+
+def test_read_solved_and_pool_pairings(tmp_path):
+  # Seed 0: an evaluate_checkpoints output, stage (step 0) and RL step 10;
+  # seed 1: a run's summary.json, after SFT (0) and at its last RL step (2).
+  evals = tmp_path / "eval_s0.json"
+  evals.write_text(
+    json.dumps(
+      {
+        "results": {
+          "0": {"solved": _first(4, 6)},  # t0-t3
+          "10": {"solved": _first(1, 6) | {"t5": True}},  # t0, t5
+        }
+      }
+    )
+  )
+  _write_run(
+    tmp_path,
+    "run_s1",
+    [(0, 0.5, 0.0), (1, 0.5, 0.0), (2, 0.25, 0.0)],
+    solved=(_first(2, 4), _first(1, 4)),
+  )
+  summary = tmp_path / "run_s1" / "summary.json"
+  assert report.read_solved(f"{summary}:2") == _first(1, 4)
+  for bad, match in (
+    (f"{evals}", "FILE:STEP"),
+    (f"{evals}:x", "FILE:STEP"),
+    (f"{evals}:5", "no per-task results for step 5"),
+    (f"{summary}:1", "no per-task results for step 1"),
+    (f"{tmp_path}/nope.json:0", "missing"),
+  ):
+    with pytest.raises(report.ReportError, match=match):
+      report.read_solved(bad)
+  # Seed 0 lost t1-t3, gained t5 (3 / 1); seed 1 lost t1 (1 / 0).
+  # Pooled 4 / 1 of 5 discordant: P(X <= 1) + P(X >= 4) = 12 / 32.
+  script = pathlib.Path(__file__).parents[1] / "scripts" / "pool_pairings.py"
+  out = tmp_path / "pooled.json"
+  done = subprocess.run(
+    [
+      sys.executable,
+      str(script),
+      f"--before={evals}:0,{summary}:0",
+      f"--after={evals}:10,{summary}:2",
+      f"--out={out}",
+    ],
+    capture_output=True,
+    text=True,
+    check=True,
+  )
+  got = json.loads(out.read_text())
+  assert [(p["only_a"], p["only_b"], p["n"]) for p in got["pairs"]] == [
+    (3, 1, 6),
+    (1, 0, 4),
+  ]
+  pooled = got["pooled"]
+  assert (pooled["n"], pooled["only_a"], pooled["only_b"]) == (10, 4, 1)
+  assert pooled["p_value"] == pytest.approx(12 / 32)
+  assert "| pooled |  | 10 | 0.600 | 0.300 | 4 | 1 | 0.375 |" in done.stdout
+  bad = subprocess.run(
+    [sys.executable, str(script), f"--before={evals}:0", "--after=a:1,b:2"],
+    capture_output=True,
+    text=True,
+  )
+  assert bad.returncode != 0 and "pair them one to one" in bad.stderr
