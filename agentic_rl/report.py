@@ -1158,10 +1158,18 @@ def findings(summary: Mapping[str, Any]) -> list[str]:
         if late
         else ""
       )
+      tasks = row.get("tasks_vs_baseline")
+      tasks_text = (
+        f"; task by task over {len(tasks['seeds'])} seeds' final"
+        f" evaluations, {tasks['only_a']} tasks only {base} solved and"
+        f" {tasks['only_b']} only {est} (McNemar p={tasks['p_value']:.2g})"
+        if tasks
+        else ""
+      )
       out.append(
         f"{env}: {est} − {base} final success = {_ci(d)} over "
         f"{d['n']} paired seeds: {verdicts[final]}{_no_width(d)}{late_text}"
-        f"{caveat}."
+        f"{tasks_text}{caveat}."
       )
   return out
 

@@ -364,6 +364,10 @@ def test_summary_statistics_by_hand(sweep_root):
   # Late 0.15 +- 0.25 covers 0 as final does.
   assert "late success (second half of RL) 0.150 [-0.098, 0.398] too" in finding
   assert "1 of 3 pairs ran on different machines" in finding
+  assert (
+    "task by task over 2 seeds' final evaluations, 1 tasks only grpo solved"
+    " and 5 only gigpo (McNemar p=0.22)" in finding
+  )
 
 
 def test_write_report_files(sweep_root, tmp_path):
