@@ -278,6 +278,16 @@ def kl_penalty(
     k1 = -r                 unbiased, high variance, can be negative
     k2 = r**2 / 2           biased, low variance, always >= 0
     k3 = exp(r) - r - 1     unbiased, low variance, always >= 0
+
+  Those are properties of the value. As a loss term, differentiated
+  through logp on tokens sampled from pi (as `policy_loss` uses it), the
+  expected gradients are (`test_kl_loss_gradient_in_expectation`):
+    k1: 0 (the score function's mean), so the term only adds noise;
+    k2: the gradient of KL(pi || pi_ref), the reverse KL it estimates;
+    k3: the gradient of the *forward* KL(pi_ref || pi) (mass-covering);
+        a sampled token's is (1 - pi_ref / pi) grad logp, large on the rare
+        sampled tokens the policy has made much less likely than the
+        reference did: where a large `kl_coef` meets clipped gradients.
   """
   r_BxL = ref_logp_BxL - logp_BxL
   if estimator == "k1":
