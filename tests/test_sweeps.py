@@ -677,7 +677,14 @@ def test_ci_sweep_and_report_end_to_end(tmp_path):
   # The caller's cache, not the sweep's default one.
   assert not (root / "jax_cache").exists()
   assert any(pathlib.Path(env["JAX_COMPILATION_CACHE_DIR"]).iterdir())
-  assert (out / "README.md").exists()
+  # One seed: the report's task-by-task RL-vs-SFT is the run's own.
+  grpo = results["envs"]["sokoban"]["grpo"]
+  own = json.loads((runs[0] / "summary.json").read_text())["rl_vs_sft"]
+  assert grpo["rl_vs_sft_tasks"] == {**own, "seeds": [0]}
+  assert (
+    "RL against its SFT start: tasks lost / gained"
+    in (out / "README.md").read_text()
+  )
   assert list(out.glob("curves_sokoban.png"))
   assert list(out.glob("paired_sokoban.png"))
 
