@@ -1425,9 +1425,9 @@ def final_eval(run_dir: str | os.PathLike, metric: str) -> float:
   return float(found[-1])
 
 
-def final_solved(run_dir: str | os.PathLike) -> dict[str, bool] | None:
-  """Per-task verdicts of a run's last RL evaluation, if it kept them."""
-  evals = _read_json(pathlib.Path(run_dir) / "summary.json").get("evals", [])
+def final_solved(summary: Mapping[str, Any]) -> dict[str, bool] | None:
+  """Per-task verdicts of a run summary's last RL evaluation, if kept."""
+  evals = summary.get("evals", [])
   if evals and evals[-1].get("phase") == "rl" and "solved" in evals[-1]:
     return dict(evals[-1]["solved"])
   return None
@@ -1468,15 +1468,20 @@ def compare_conditions(
       raise ReportError(
         f"{env}/{est}: no seed finished under both {root_a} and {root_b}"
       )
+    # Each run's summary, read once: (A's, B's) by seed.
+    summaries = {
+      s: tuple(_read_json(d[s] / "summary.json") for d in (a, b))
+      for s in shared
+    }
     pairs = {"same": 0, "different": 0, "unknown": 0}
-    for seed in shared:
-      ka, kb = (
-        run_machines(_read_json(d[seed] / "summary.json").get("machines", []))
-        for d in (a, b)
-      )
+    for sa, sb in summaries.values():
+      ka, kb = (run_machines(x.get("machines", [])) for x in (sa, sb))
       pairs[machine_pair(ka[0], kb[0])] += 1
     tasks = _pooled_or_none(
-      {s: (final_solved(a[s]), final_solved(b[s])) for s in shared},
+      {
+        s: (final_solved(sa), final_solved(sb))
+        for s, (sa, sb) in summaries.items()
+      },
       f"{env}/{est} under {root_b} against {root_a}",
     )
     for metric in metrics:
