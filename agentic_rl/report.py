@@ -1160,9 +1160,10 @@ def findings(summary: Mapping[str, Any]) -> list[str]:
       )
       tasks = row.get("tasks_vs_baseline")
       tasks_text = (
-        f"; task by task over {len(tasks['seeds'])} seeds' final"
-        f" evaluations, {tasks['only_a']} tasks only {base} solved and"
-        f" {tasks['only_b']} only {est} (McNemar p={tasks['p_value']:.2g})"
+        f"; task by task over {_possessive(len(tasks['seeds']), 'seed')} final"
+        f" evaluations, {_count(tasks['only_a'], 'task')} only {base} solved"
+        f" and {tasks['only_b']} only {est}"
+        f" (McNemar p={tasks['p_value']:.2g})"
         if tasks
         else ""
       )
@@ -1172,6 +1173,16 @@ def findings(summary: Mapping[str, Any]) -> list[str]:
         f"{tasks_text}{caveat}."
       )
   return out
+
+
+def _count(n: int, noun: str) -> str:
+  """The count and the noun: 1 task, 3 tasks."""
+  return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def _possessive(n: int, noun: str) -> str:
+  """The count and the noun's possessive: 1 seed's, 3 seeds'."""
+  return f"{n} {noun}'s" if n == 1 else f"{n} {noun}s'"
 
 
 def _literature_note(summary: Mapping[str, Any]) -> str:

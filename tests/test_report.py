@@ -365,7 +365,7 @@ def test_summary_statistics_by_hand(sweep_root):
   assert "late success (second half of RL) 0.150 [-0.098, 0.398] too" in finding
   assert "1 of 3 pairs ran on different machines" in finding
   assert (
-    "task by task over 2 seeds' final evaluations, 1 tasks only grpo solved"
+    "task by task over 2 seeds' final evaluations, 1 task only grpo solved"
     " and 5 only gigpo (McNemar p=0.22)" in finding
   )
 
