@@ -20,12 +20,20 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Checkpoints and logs.")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
-def _paired_line(paired: dict | None) -> str:
+def _paired_line(paired: dict | None, label: str = "") -> str:
   if not paired:
     return ""
   return (
-    f"task by task (of {paired['n']}): RL lost {paired['only_a']}, gained "
-    f"{paired['only_b']} (McNemar p={paired['p_value']:.3g})\n"
+    f"task by task{label} (of {paired['n']}): RL lost {paired['only_a']}, "
+    f"gained {paired['only_b']} (McNemar p={paired['p_value']:.3g})\n"
+  )
+
+
+def _paired_lines(summary: dict) -> str:
+  """The run's RL-vs-SFT pairing, then one line per difficulty if several."""
+  by_difficulty = summary.get("rl_vs_sft_by_difficulty") or {}
+  return _paired_line(summary.get("rl_vs_sft")) + "".join(
+    _paired_line(paired, f", {d}") for d, paired in by_difficulty.items()
   )
 
 
@@ -47,7 +55,7 @@ def main(argv):
     f"{evals}\n"
     f"success after SFT: {summary['success_after_sft']:.3f}  ->  "
     f"after RL: {summary['success_after_rl']:.3f}\n"
-    + _paired_line(summary.get("rl_vs_sft"))
+    + _paired_lines(summary)
     + f"TensorBoard logs: {summary['tensorboard']}\n"
     f"summary: {json.dumps(summary['workdir'])}/summary.json"
   )

@@ -309,6 +309,31 @@ def paired_tasks(
   )
 
 
+def paired_tasks_by(
+  solved_a: Mapping[str, bool],
+  solved_b: Mapping[str, bool],
+  group_of: Mapping[str, str],
+) -> dict[str, PairedTasks]:
+  """`paired_tasks` within each group of tasks (say "d0", "d1": difficulty),
+  group label -> comparison, labels sorted. Every shared task must have a
+  group (a `ReportError` names the first that has none): a task silently
+  left out would bias the split."""
+  shared = sorted(set(solved_a) & set(solved_b))
+  if not shared:
+    raise ReportError("the two evaluations share no task")
+  members: dict[str, list[str]] = {}
+  for t in shared:
+    if t not in group_of:
+      raise ReportError(f"task {t!r} has no group")
+    members.setdefault(group_of[t], []).append(t)
+  return {
+    g: paired_tasks(
+      {t: solved_a[t] for t in ids}, {t: solved_b[t] for t in ids}
+    )
+    for g, ids in sorted(members.items())
+  }
+
+
 def _mcnemar_p(only_a: int, only_b: int) -> float:
   """Exact two-sided McNemar p: each discordant task a fair coin."""
   discordant = only_a + only_b

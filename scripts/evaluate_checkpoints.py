@@ -7,13 +7,15 @@
 Builds the run's components in a scratch workdir (the source run is not
 touched) from the run's own config.json (the directory above --source) or
 from --config, restores each RL step's checkpoint from --source and plays
-the first --eval_tasks levels of the test split greedily.
+the first --eval_tasks levels of the test split greedily, at each of the
+config's difficulties (`tasks.difficulties`).
 
 The JSON keeps, per step, which tasks were solved, so checkpoints can be
 compared task by task (`report.paired_tasks`, McNemar's exact test): each
 step against the first listed, and, with --against=EVAL.json:STEP, against
 a step of another run's evaluation by this script (say the SFT stage an RL
-run started from), on the tasks both played.
+run started from), on the tasks both played; with several difficulties,
+also within each (`report.paired_tasks_by`).
 """
 
 import json
@@ -34,7 +36,9 @@ _CONFIG = config_flags.DEFINE_config_file(
 )
 _SOURCE = flags.DEFINE_string("source", None, "Checkpoint directory.")
 _STEPS = flags.DEFINE_list("steps", None, "Checkpoint steps to evaluate.")
-_TASKS = flags.DEFINE_integer("eval_tasks", 256, "Held-out levels.")
+_TASKS = flags.DEFINE_integer(
+  "eval_tasks", 256, "Held-out levels per difficulty."
+)
 _AGAINST = flags.DEFINE_string(
   "against", None, "EVAL.json:STEP of an earlier evaluation to pair with."
 )
@@ -47,23 +51,25 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)
   source = pathlib.Path(_SOURCE.value)
   config = _CONFIG.value or loop.run_config(source.resolve().parent)
-  config.tasks.eval_counts = (_TASKS.value,)
+  config.tasks.eval_counts = (_TASKS.value,) * len(config.tasks.difficulties)
   against = report.read_solved(_AGAINST.value) if _AGAINST.value else None
   results = {}
   with loop.scratch_run(config) as run:
+    difficulty = {t.id: f"d{t.difficulty}" for t in run.eval_tasks}
     for step in (int(s) for s in _STEPS.value):
       loop.restore_step(run, _SOURCE.value, step)
       ev, solved = loop.evaluate_by_task(run)
-      results[step] = {
-        **{
-          k: ev[k] for k in ("success_rate", "return_mean", "turns_per_episode")
-        },
-        "solved": solved,
-      }
+      results[step] = {**loop.eval_headline(ev), "solved": solved}
+      rates = "".join(
+        f", {k.removeprefix('success_rate/')} {v:.4f}"
+        for k, v in ev.items()
+        if k.startswith("success_rate/")
+      )
       print(
         f"checkpoint {step}: success {ev['success_rate']:.4f} on "
-        f"{len(run.eval_tasks)} levels, return {ev['return_mean']:.3f}"
+        f"{len(run.eval_tasks)} levels{rates}, return {ev['return_mean']:.3f}"
       )
+  by_difficulty = len(set(difficulty.values())) > 1
   references = {}
   if len(results) > 1:
     first = next(iter(results))
@@ -77,10 +83,18 @@ def main(argv):
     for step, r in results.items():
       paired = report.paired_tasks(reference, r["solved"])
       r.setdefault("paired", {})[name] = paired.to_dict()
-      print(
-        f"| {step} | {paired.n} | {paired.rate_a:.3f} | {paired.rate_b:.3f} "
-        f"| {paired.only_a} | {paired.only_b} | {paired.p_value:.3g} |"
-      )
+      rows = {"": paired}
+      if by_difficulty:
+        split = report.paired_tasks_by(reference, r["solved"], difficulty)
+        r.setdefault("paired_by_difficulty", {})[name] = {
+          d: p.to_dict() for d, p in split.items()
+        }
+        rows.update({f", {d}": p for d, p in split.items()})
+      for label, p in rows.items():
+        print(
+          f"| {step}{label} | {p.n} | {p.rate_a:.3f} | {p.rate_b:.3f} "
+          f"| {p.only_a} | {p.only_b} | {p.p_value:.3g} |"
+        )
   out = pathlib.Path(_OUT.value)
   payload = {"source": _SOURCE.value, "eval_tasks": _TASKS.value}
   out.write_text(json.dumps({**payload, "results": results}, indent=2))

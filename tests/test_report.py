@@ -119,6 +119,29 @@ def test_pooled_tasks_by_hand():
     report.pooled_tasks([])
 
 
+def test_paired_tasks_by_group_by_hand():
+  # The 10 tasks of test_paired_tasks_by_hand, t0-t4 in "d0" and t5-t9 in
+  # "d1": d0 holds both solved (t0, t1) and 3 lost (t2-t4), p = 2/8; d1
+  # 3 lost (t5-t7) and 2 neither. "x" and "y" are not shared: no group
+  # needed.
+  a = {f"t{i}": i < 8 for i in range(10)} | {"x": True}
+  b = {f"t{i}": i < 2 for i in range(10)} | {"y": False}
+  group = {f"t{i}": "d0" if i < 5 else "d1" for i in range(10)}
+  got = report.paired_tasks_by(a, b, group)
+  assert list(got) == ["d0", "d1"]
+  d0, d1 = got["d0"], got["d1"]
+  assert (d0.n, d0.both, d0.only_a, d0.only_b, d0.neither) == (5, 2, 3, 0, 0)
+  assert (d1.n, d1.both, d1.only_a, d1.only_b, d1.neither) == (5, 0, 3, 0, 2)
+  assert d0.p_value == d1.p_value == pytest.approx(1 / 4)
+  # The groups add up to the whole comparison.
+  whole = report.paired_tasks(a, b)
+  assert report.pooled_tasks([d0, d1]) == whole
+  with pytest.raises(report.ReportError, match="'t9' has no group"):
+    report.paired_tasks_by(a, b, {f"t{i}": "d0" for i in range(9)})
+  with pytest.raises(report.ReportError, match="share no task"):
+    report.paired_tasks_by({"x": True}, {"y": True}, {})
+
+
 def _machine(key, cpu="EPYC"):
   """A machine record as `loop.record_machine` keeps it (fields trimmed)."""
   return {

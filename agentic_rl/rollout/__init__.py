@@ -25,6 +25,7 @@ from agentic_rl.rollout.evaluation import (
 from agentic_rl.rollout.metrics import (
   failure_codes,
   generated_tokens,
+  group_metrics,
   rollout_metrics,
 )
 
@@ -42,6 +43,7 @@ __all__ = [
   "generated_tokens",
   "make_samplers",
   "play",
+  "group_metrics",
   "rollout_metrics",
   "solved_by_task",
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import collections
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from agentic_rl.types import (
   ActionKind,
@@ -114,3 +114,55 @@ def rollout_metrics(
 
 def _mean(values: Sequence[float]) -> float:
   return float(sum(values) / len(values)) if values else 0.0
+
+
+def episode_return(trajectory: Trajectory) -> float:
+  """The sum of a trajectory's turn rewards."""
+  return float(sum(t.reward for t in trajectory.turns))
+
+
+def group_metrics(
+  trajectories: Sequence[Trajectory],
+  succeeded: Callable[[Trajectory], bool],
+) -> dict[str, float]:
+  """How much a batch's groups (the episodes of one task, `group_id`) can
+  teach a group-relative estimator, as fractions of its groups.
+
+  Keys: `groups/mixed_success` (some episodes succeeded, some did not),
+  `groups/all_success`, `groups/all_failure`, `groups/equal_outcomes`
+  (every episode's `outcome` the same to 1e-6: GRPO and RLOO on the
+  outcome give each of its turns an advantage of exactly 0, so the group
+  adds nothing to their policy gradient), `groups/equal_returns` (the same
+  for the sum of turn rewards: the episode-level part of GiGPO or of
+  `score="return"` is 0; per-turn credit may still differ), and
+  `groups/mixed_success/d<k>` over the groups of difficulty k, for each
+  difficulty in the batch. The fractions are of the groups of more than
+  one episode (a singleton has nothing to be compared with); 0 without
+  any.
+  """
+  groups: dict[int, list[Trajectory]] = collections.defaultdict(list)
+  for t in trajectories:
+    groups[t.group_id].append(t)
+  compared = [g for g in groups.values() if len(g) > 1]
+  n = max(len(compared), 1)
+  wins = [[bool(succeeded(t)) for t in g] for g in compared]
+  mixed = [any(w) and not all(w) for w in wins]
+  returns = [[episode_return(t) for t in g] for g in compared]
+  outcomes = [[float(t.outcome) for t in g] for g in compared]
+  out = {
+    "groups/mixed_success": sum(mixed) / n,
+    "groups/all_success": sum(all(w) for w in wins) / n,
+    "groups/all_failure": sum(not any(w) for w in wins) / n,
+    "groups/equal_outcomes": sum(map(_flat, outcomes)) / n,
+    "groups/equal_returns": sum(map(_flat, returns)) / n,
+  }
+  by_difficulty = collections.defaultdict(list)
+  for g, m in zip(compared, mixed, strict=True):
+    by_difficulty[g[0].task.difficulty].append(m)
+  for d, ms in sorted(by_difficulty.items()):
+    out[f"groups/mixed_success/d{d}"] = sum(ms) / len(ms)
+  return out
+
+
+def _flat(values: Sequence[float]) -> bool:
+  return max(values) - min(values) <= 1e-6

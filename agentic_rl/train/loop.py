@@ -49,7 +49,7 @@ import json
 import pathlib
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import jax
@@ -70,6 +70,7 @@ from agentic_rl.rollout import (
   RolloutConfig,
   env_factory_from_options,
   eval_metrics,
+  group_metrics,
   make_samplers,
   play,
   solved_by_task,
@@ -1163,6 +1164,7 @@ def rl_step(run: Run, reference) -> dict[str, float]:
 
   metrics = {
     **eval_metrics(trajs, run.rollout, rollout_m["seconds"]),
+    **group_metrics(trajs, run.rollout.reward_stack.succeeded),
     **(_mean_metrics(history) if history else {}),  # none in warm-up
     **critic_m,
     **extra_m,
@@ -1282,7 +1284,7 @@ def train(config, workdir: str) -> dict[str, Any]:
       ev, solved = evaluate_by_task(run)
       run.writer.write_scalars(0, {f"eval/{k}": v for k, v in ev.items()})
       run.host["evals"].append(
-        {"phase": "sft", "rl_step": 0, **_eval_headline(ev), "solved": solved}
+        {"phase": "sft", "rl_step": 0, **eval_headline(ev), "solved": solved}
       )
       _start_rl(run)
       _save(run)
@@ -1296,7 +1298,7 @@ def train(config, workdir: str) -> dict[str, Any]:
         ev, solved = evaluate_by_task(run)
         metrics.update({f"eval/{k}": v for k, v in ev.items()})
         run.host["evals"].append(
-          {"phase": "rl", "rl_step": i, **_eval_headline(ev), "solved": solved}
+          {"phase": "rl", "rl_step": i, **eval_headline(ev), "solved": solved}
         )
       run.writer.write_scalars(i, metrics)
       if i % config.checkpoint_every == 0 or i == config.rl.steps:
@@ -1311,7 +1313,7 @@ def train(config, workdir: str) -> dict[str, Any]:
   return summary
 
 
-def _eval_headline(ev: dict[str, float]) -> dict[str, float]:
+def eval_headline(ev: dict[str, float]) -> dict[str, float]:
   """What `host["evals"]` (and summary.json) keep of an evaluation."""
   keys = ("success_rate", "return_mean", "turns_per_episode")
   return {
@@ -1330,6 +1332,20 @@ def _rl_vs_sft(before, after) -> dict[str, float] | None:
   return report.paired_tasks(before["solved"], after["solved"]).to_dict()
 
 
+def _rl_vs_sft_by_difficulty(
+  before, after, eval_tasks: Sequence[Task]
+) -> dict[str, dict[str, float]] | None:
+  """`_rl_vs_sft` within each difficulty of the held-out tasks ("d0",
+  "d1", ...), or None where they have one difficulty (or no pairing)."""
+  if _rl_vs_sft(before, after) is None:
+    return None
+  difficulty = {t.id: f"d{t.difficulty}" for t in eval_tasks}
+  if len(set(difficulty.values())) < 2:
+    return None
+  by = report.paired_tasks_by(before["solved"], after["solved"], difficulty)
+  return {d: paired.to_dict() for d, paired in by.items()}
+
+
 def _summary(run: Run) -> dict[str, Any]:
   evals = run.host["evals"]
   before = next((e for e in evals if e["phase"] == "sft"), None)
@@ -1342,6 +1358,9 @@ def _summary(run: Run) -> dict[str, Any]:
     "success_after_sft": before and before["success_rate"],
     "success_after_rl": after and after["success_rate"],
     "rl_vs_sft": _rl_vs_sft(before, after),
+    "rl_vs_sft_by_difficulty": _rl_vs_sft_by_difficulty(
+      before, after, run.eval_tasks
+    ),
     "rl_steps": run.host["rl_step"],
     "distill": run.host.get("distill"),
     "dpo": run.host.get("dpo"),

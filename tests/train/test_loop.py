@@ -4,6 +4,8 @@ import json
 import math
 import pathlib
 import shutil
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -83,6 +85,9 @@ def test_smoke_run_writes_everything(straight):
     assert math.isfinite(row["grad_norm"])
     assert 0.0 <= row["success_rate"] <= 1.0
     assert "eval/success_rate" in row
+    # Groups of 2: each is mixed, all solved or all failed.
+    kinds = ("mixed_success", "all_success", "all_failure")
+    assert sum(row[f"groups/{k}"] for k in kinds) == pytest.approx(1.0)
   sft_rows = [
     r
     for r in read_jsonl(str(workdir / "logs" / "metrics.jsonl"))
@@ -100,6 +105,7 @@ def test_smoke_run_writes_everything(straight):
   assert paired["rate_a"] == summary["success_after_sft"]
   assert paired["rate_b"] == summary["success_after_rl"]
   assert 0.0 <= paired["p_value"] <= 1.0
+  assert summary["rl_vs_sft_by_difficulty"] is None  # one difficulty
   # The machine it ran on, recorded at launch, from the start of SFT.
   (here,) = summary["machines"]
   assert here["key"] == machine.describe()["key"]
@@ -745,6 +751,18 @@ def test_curriculum_and_replay_drive_rl_and_resume_exactly(tmp_path):
   assert evals and all(
     "eval/success_rate/d0" in r and "eval/success_rate/d1" in r for r in evals
   )
+  # The summary pairs RL with SFT within each difficulty too: the split
+  # adds up to the whole, and each side's rate is that difficulty's.
+  summary = json.loads((tmp_path / "summary.json").read_text())
+  first, last = summary["evals"][0], summary["evals"][-1]
+  by = summary["rl_vs_sft_by_difficulty"]
+  assert sorted(by) == ["d0", "d1"]
+  for d in by:
+    assert by[d]["n"] == 2  # eval_counts (2, 2)
+    assert by[d]["rate_a"] == first[f"success_rate/{d}"]
+    assert by[d]["rate_b"] == last[f"success_rate/{d}"]
+  for key in ("n", "both", "only_a", "only_b", "neither"):
+    assert by["d0"][key] + by["d1"][key] == summary["rl_vs_sft"][key]
   _, host = _params(tmp_path, config)
   assert host["curriculum"]["episodes"] == 2 * episodes
   assert host["curriculum"]["history"]["1"] == []  # locked, never drawn
@@ -774,6 +792,47 @@ def test_curriculum_and_replay_drive_rl_and_resume_exactly(tmp_path):
     loop.make_replay(bad, fresh)
   with pytest.raises(ValueError, match="without replay; it cannot start"):
     loop.make_replay(sokoban.get_config("gigpo,smoke,replay"), {"rl_step": 3})
+
+
+def test_evaluate_checkpoints_repeats_the_runs_evaluation_per_difficulty(
+  tmp_path,
+):
+  """scripts/evaluate_checkpoints.py on a run whose held-out tasks hold two
+  difficulties: it plays as many of each as asked, gets the run's own
+  greedy verdicts back for the same checkpoint, and pairs them with the
+  run's post-SFT evaluation as the run's summary did, within each
+  difficulty too."""
+  config = sokoban.get_config("gigpo,smoke,curriculum")
+  config.sft.steps = 0
+  config.rl.steps = config.eval_every = config.checkpoint_every = 1
+  run_dir = tmp_path / "run"
+  summary = loop.train(config, str(run_dir))
+  out = tmp_path / "eval.json"
+  script = pathlib.Path(__file__).parents[2] / "scripts"
+  done = subprocess.run(
+    [
+      sys.executable,
+      str(script / "evaluate_checkpoints.py"),
+      f"--source={run_dir / 'checkpoints'}",
+      "--steps=1",
+      "--eval_tasks=2",  # per difficulty, as the run's eval_counts (2, 2)
+      f"--against={run_dir / 'summary.json'}:0",
+      f"--out={out}",
+    ],
+    capture_output=True,
+    text=True,
+    check=True,
+  )
+  (got,) = json.loads(out.read_text())["results"].values()
+  last = summary["evals"][-1]
+  assert last["rl_step"] == 1
+  assert got["solved"] == last["solved"] and len(got["solved"]) == 4
+  for key in ("success_rate", "success_rate/d0", "success_rate/d1"):
+    assert got[key] == last[key], key
+  (name,) = got["paired"]
+  assert got["paired"][name] == summary["rl_vs_sft"]
+  assert got["paired_by_difficulty"][name] == summary["rl_vs_sft_by_difficulty"]
+  assert "| 1, d1 | 2 |" in done.stdout
 
 
 def test_a_run_checkpointed_by_optimizer_step_is_not_resumed(tmp_path):
