@@ -5,8 +5,8 @@ preset, CPU.
       --workdir=runs/code_repair_gigpo
 
 `arg` is read as in `configs/sokoban.py`: one estimator variant (default
-gigpo) and optionally `smoke`, `quick`, `curriculum`, `replay`; here also
-`tests_first` or `read_all` (the demonstrator, below). The recipe
+gigpo) and optionally `smoke`, `quick`, `curriculum`, `replay`, `dynamic`;
+here also `tests_first` or `read_all` (the demonstrator, below). The recipe
 is Sokoban's; the environment, the protocol (`tool_call`) and the token
 budgets differ. An expert episode (search, read, edit, run the tests,
 answer) is five turns; framed and tokenized as the rollout does (a token a
@@ -14,12 +14,12 @@ character, a tag one token), 120 of them at difficulties 0-2 took 1,559
 tokens at the median and 1,896 at most (1,606 and 1,938 with
 `replace_lines`), their longest action (the edit) 250. So turns get
 `max_new_tokens=320` and contexts 2,560 tokens, room for the three extra
-turns a policy may take. With `tests_first` (run the tests, then search
-for the function they name: six turns) the median is 2,032 and the
-longest 2,492 (2,538 with `replace_lines`): contexts 3,072 tokens, 9 turns.
-With `read_all` (read every module, then edit: four turns at difficulty 0,
-up to six at 2) 120 episodes at difficulties 0-2 took 1,508 at the median
-and 2,191 at most (1,555 and 2,229): the oracle's budgets fit.
+turns a policy may take. With `tests_first` (run the tests, then search for
+the function they name: six turns) the median is 2,032 and the longest
+2,492 (2,538 with `replace_lines`): contexts 3,072 tokens, 9 turns. With
+`read_all` (read every module, then edit: four turns at difficulty 0, up to
+six at 2) 120 episodes at difficulties 0-2 took 1,508 at the median and
+2,191 at most (1,555 and 2,229): the oracle's budgets fit.
 
 Rewards: `success` is the verifier's (every visible test and every held-out
 check passes, `agentic_rl/envs/code_repair.py`); the environment's

@@ -9,7 +9,9 @@ ppo_token; default gigpo), optionally `quick` (the README's `make run`, a
 few minutes) or `smoke` (a seconds-long run for CI), and optionally
 `curriculum` (difficulties 0-2, unlocked one at a time as the frontier's
 success rate rises) and/or `replay` (a quarter of each update's rows are
-past trajectories, prioritized by |advantage|). Any field can be
+past trajectories, prioritized by |advantage|) and/or `dynamic` (DAPO's
+dynamic sampling: up to 3 rounds of tasks a step, to fill the update with
+groups whose episodes did not all score alike). Any field can be
 overridden on the command line, e.g. `--config.rl.steps=10`.
 
 Expected (2-core CPU, default size): the SFT policy solves a small fraction
@@ -74,7 +76,7 @@ def unit_success_config(
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   parts = [p for p in (arg or "gigpo").split(",") if p]
-  switches = ("smoke", "quick", "curriculum", "replay")
+  switches = ("smoke", "quick", "curriculum", "replay", "dynamic")
   smoke, quick = "smoke" in parts, "quick" in parts
   names = [p for p in parts if p not in switches] or ["gigpo"]
   if len(names) != 1 or names[0] not in ESTIMATORS:
@@ -225,6 +227,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       "fraction": 0.25,
       "min_size": 64,
     }
+  # DAPO's dynamic sampling (`loop.roll_out_step`; {}: off): groups whose
+  # episodes all score alike (all solved or all failed, by `score`) are
+  # set aside and up to `max_rounds` rounds of tasks are played a step to
+  # fill the update with groups that differ.
+  c.dynamic_sampling = {}
+  if "dynamic" in parts:
+    c.dynamic_sampling = {"max_rounds": 3, "score": "outcome"}
   c.eval_every = 10
   c.checkpoint_every = 10
   c.checkpoint_keep = 2

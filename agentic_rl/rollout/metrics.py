@@ -153,8 +153,8 @@ def group_metrics(
     "groups/mixed_success": sum(mixed) / n,
     "groups/all_success": sum(all(w) for w in wins) / n,
     "groups/all_failure": sum(not any(w) for w in wins) / n,
-    "groups/equal_outcomes": sum(map(_flat, outcomes)) / n,
-    "groups/equal_returns": sum(map(_flat, returns)) / n,
+    "groups/equal_outcomes": sum(map(all_alike, outcomes)) / n,
+    "groups/equal_returns": sum(map(all_alike, returns)) / n,
   }
   by_difficulty = collections.defaultdict(list)
   for g, m in zip(compared, mixed, strict=True):
@@ -164,5 +164,6 @@ def group_metrics(
   return out
 
 
-def _flat(values: Sequence[float]) -> bool:
+def all_alike(values: Sequence[float]) -> bool:
+  """Whether the values are equal to 1e-6 (a group with nothing to rank)."""
   return max(values) - min(values) <= 1e-6

@@ -32,6 +32,10 @@
             `data.curriculum`) and `replay` (past trajectories, with the
             advantages they were given, join each update as off-policy
             rows, `data.replay`); both are checkpointed with the run.
+            And `dynamic_sampling` (DAPO's): groups whose episodes all
+            score alike are set aside and more tasks are played, so the
+            update's groups carry a group-relative signal
+            (`roll_out_step`).
 
 Every random choice is a function of (config, seed): task order comes from
 the checkpointed task sampler, rollout keys are folded from the
@@ -77,6 +81,7 @@ from agentic_rl.rollout import (
 )
 from agentic_rl.rollout import evaluate as evaluate_policy
 from agentic_rl.rollout.demos import expert_trajectories
+from agentic_rl.rollout.metrics import all_alike, episode_return
 from agentic_rl.rollout.rejection import (
   RejectionConfig,
   preference_pairs,
@@ -103,7 +108,7 @@ from agentic_rl.train.state import (
   make_layout,
   make_optimizer,
 )
-from agentic_rl.types import Task, TrajectoryBatch, turns_to_tokens
+from agentic_rl.types import Task, Trajectory, TrajectoryBatch, turns_to_tokens
 
 CONSOLE_KEYS = (
   "sft/loss",
@@ -270,6 +275,7 @@ def setup(config, workdir: str) -> Run:
   record_machine(host)
   curriculum = make_curriculum(config, task_sampler, host)
   replay = make_replay(config, host)
+  dynamic_sampling_config(config)  # a bad section fails before any work
   if t_info:
     host["rl_teacher"] = t_info
   writer = MetricWriter(
@@ -352,6 +358,104 @@ def _replay_config(config) -> dict[str, Any]:
   """The `replay` section with its defaults filled in ({} when off)."""
   cfg = _section(config, "replay")
   return {**REPLAY_DEFAULTS, **cfg} if cfg else {}
+
+
+# Dynamic sampling: `max_rounds` rounds of tasks at most an RL step;
+# `score` what "all alike" is judged by, as the estimators' `score`.
+DYNAMIC_SAMPLING_DEFAULTS = {"max_rounds": 3, "score": "outcome"}
+DYNAMIC_SAMPLING_SCORES = ("outcome", "return")
+
+
+def dynamic_sampling_config(config) -> dict[str, Any]:
+  """The `dynamic_sampling` section with its defaults filled in ({} when
+  off); a `ValueError` for unknown keys or values, or with an estimator
+  whose advantages are not group-relative (a critic's)."""
+  cfg = _section(config, "dynamic_sampling")
+  what = "dynamic_sampling"
+  check_known_keys(DYNAMIC_SAMPLING_DEFAULTS, cfg, what, ValueError)
+  if not cfg:
+    return {}
+  cfg = {**DYNAMIC_SAMPLING_DEFAULTS, **cfg}
+  rounds = cfg["max_rounds"]
+  if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+    raise ValueError(f"{what}.max_rounds must be an int >= 1: {rounds!r}")
+  if cfg["score"] not in DYNAMIC_SAMPLING_SCORES:
+    raise ValueError(
+      f"{what}.score {cfg['score']!r}: expected one of "
+      f"{DYNAMIC_SAMPLING_SCORES}"
+    )
+  if estimators.uses_values(config.estimator.name):
+    raise ValueError(
+      f"{what} keeps the groups a group-relative estimator learns from; "
+      f"{config.estimator.name!r} takes its baseline from a critic"
+    )
+  return cfg
+
+
+def episode_score(trajectory: Trajectory, score: str) -> float:
+  """What dynamic sampling compares within a group: the reward stack's
+  outcome, or the summed turn rewards ("return")."""
+  if score == "outcome":
+    return float(trajectory.outcome)
+  return episode_return(trajectory)
+
+
+def choose_groups(
+  groups: Sequence[Sequence[Trajectory]], n: int, score: str
+) -> tuple[list[Sequence[Trajectory]], int]:
+  """The first `n` groups (in the order given) whose episodes do not all
+  score alike (to 1e-6), filled up in order with groups that do when
+  fewer differ; and how many differ in all. A group of one episode counts
+  as alike: it has no comparison."""
+  same = [all_alike([episode_score(t, score) for t in g]) for g in groups]
+  differ = [g for g, a in zip(groups, same, strict=True) if not a]
+  alike = [g for g, a in zip(groups, same, strict=True) if a]
+  return (differ + alike)[:n], len(differ)
+
+
+def roll_out_step(
+  run: Run, i: int
+) -> tuple[list[Trajectory], list[Trajectory], float, dict[str, float]]:
+  """RL step i's rollouts: (the update's trajectories, every trajectory
+  played, seconds, `dynamic/...` metrics).
+
+  Without a `dynamic_sampling` section both are the `rl.tasks_per_step`
+  groups of one round. With it (DAPO's dynamic sampling, Yu et al. 2025),
+  a group whose episodes all score alike (all solved or all failed: a
+  group-relative estimator gives each of its turns a zero advantage) is
+  set aside, and rounds of `tasks_per_step` fresh tasks are played until
+  `tasks_per_step` groups that differ are found or `max_rounds` rounds are
+  done. The update takes the first `tasks_per_step` that differ, filled up
+  with set-aside groups in the order played when the rounds ran out, so it
+  keeps its size (and the optimizer its steps per RL step). Round 0 uses
+  the step's usual key, so a run whose first round suffices is the run
+  without the section.
+  """
+  cfg = dynamic_sampling_config(run.config)
+  n = run.config.rl.tasks_per_step
+  key = jax.random.fold_in(run.state.rng, i)
+  played: list[Trajectory] = []
+  seconds, rounds = 0.0, 0
+  while True:
+    tasks = run.task_sampler.sample(n)
+    round_key = key if rounds == 0 else jax.random.fold_in(key, rounds)
+    played += run.rollout.run(tasks, round_key, policy_version=i)
+    seconds += run.rollout.last_metrics["seconds"]
+    rounds += 1
+    if not cfg:
+      return played, played, seconds, {}
+    groups: dict[int, list[Trajectory]] = {}
+    for t in played:
+      groups.setdefault(t.group_id, []).append(t)
+    chosen, differ = choose_groups(list(groups.values()), n, cfg["score"])
+    if differ >= n or rounds == cfg["max_rounds"]:
+      break
+  metrics = {
+    "dynamic/rounds": float(rounds),
+    "dynamic/differing_groups": float(differ),
+    "dynamic/batch_differing": min(differ, n) / n,
+  }
+  return [t for g in chosen for t in g], played, seconds, metrics
 
 
 def make_curriculum(config, task_sampler, host) -> SuccessRateCurriculum | None:
@@ -1106,10 +1210,7 @@ def rl_step(run: Run, reference) -> dict[str, float]:
   cfg, config = run.config.rl, run.config
   i = run.host["rl_step"]
   _sync_policy(run)
-  tasks = run.task_sampler.sample(cfg.tasks_per_step)
-  key = jax.random.fold_in(run.state.rng, i)
-  trajs = run.rollout.run(tasks, key, policy_version=i)
-  rollout_m = dict(run.rollout.last_metrics)
+  trajs, played, rollout_s, dynamic_m = roll_out_step(run, i)
   batch = _pack(trajs, config)
   if run.critic is None:
     adv_BxT = run.estimate(batch)
@@ -1120,9 +1221,9 @@ def rl_step(run: Run, reference) -> dict[str, float]:
     adv_BxT, adv_BxL = est.adv_BxT, est.adv_BxL
   mask = np.asarray(batch.turn_mask_BxT) > 0
   adv = np.asarray(adv_BxT)[mask]  # the fresh rollouts' (for the metrics)
-  extra_m = {}
+  extra_m = dict(dynamic_m)
   if run.curriculum is not None:
-    extra_m.update(update_curriculum(run, trajs))
+    extra_m.update(update_curriculum(run, played))
   train_batch = batch
   if run.replay is not None:
     rows, turn_adv, replay_m = with_replay(run, trajs, np.asarray(adv_BxT), i)
@@ -1163,8 +1264,10 @@ def rl_step(run: Run, reference) -> dict[str, float]:
   run.host["rl_step"] = i + 1
 
   metrics = {
-    **eval_metrics(trajs, run.rollout, rollout_m["seconds"]),
-    **group_metrics(trajs, run.rollout.reward_stack.succeeded),
+    # Over every episode played (with dynamic sampling, the update's are
+    # chosen for differing, so their rates would not be the policy's).
+    **eval_metrics(played, run.rollout, rollout_s),
+    **group_metrics(played, run.rollout.reward_stack.succeeded),
     **(_mean_metrics(history) if history else {}),  # none in warm-up
     **critic_m,
     **extra_m,

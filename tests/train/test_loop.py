@@ -21,6 +21,7 @@ from agentic_rl.models.tokenizer import build_env_tokenizer
 from agentic_rl.train import critic as critic_lib
 from agentic_rl.train import loop
 from agentic_rl.train.logging import read_jsonl
+from agentic_rl.types import Task, Trajectory, Turn
 from configs import distill as distill_configs
 from configs import sokoban
 
@@ -792,6 +793,82 @@ def test_curriculum_and_replay_drive_rl_and_resume_exactly(tmp_path):
     loop.make_replay(bad, fresh)
   with pytest.raises(ValueError, match="without replay; it cannot start"):
     loop.make_replay(sokoban.get_config("gigpo,smoke,replay"), {"rl_step": 3})
+
+
+def _group(gid, outcomes, rewards=None):
+  task = Task(id=f"t{gid}", family="toy")
+  rewards = rewards or outcomes
+  return [
+    Trajectory(task, gid, [Turn([1], [2], [0.0], reward=r)], outcome=o)
+    for o, r in zip(outcomes, rewards, strict=True)
+  ]
+
+
+def test_choose_groups_by_hand():
+  a = _group(0, [0.0, 0.0])  # all failed: alike
+  b = _group(1, [1.0, 0.0])  # differ
+  c = _group(2, [1.0, 1.0], rewards=[1.0, 0.5])  # alike by outcome only
+  d = _group(3, [0.0, 1.0])  # differ
+  e = _group(4, [1.0])  # one episode: nothing to compare
+  groups = [a, b, c, d, e]
+  chosen, differ = loop.choose_groups(groups, 3, "outcome")
+  # The differing groups first, then the alike ones in the order played.
+  assert differ == 2 and [g[0].group_id for g in chosen] == [1, 3, 0]
+  chosen, differ = loop.choose_groups(groups, 3, "return")
+  assert differ == 3 and [g[0].group_id for g in chosen] == [1, 2, 3]
+  chosen, differ = loop.choose_groups(groups, 1, "outcome")
+  assert differ == 2 and [g[0].group_id for g in chosen] == [1]
+  assert loop.episode_score(c[1], "return") == 0.5
+
+
+@pytest.mark.parametrize(
+  "section, match",
+  [
+    ({"max_round": 2}, "unknown dynamic_sampling keys"),
+    ({"max_rounds": 0}, "max_rounds must be an int >= 1"),
+    ({"max_rounds": -1}, "max_rounds must be an int >= 1"),
+    ({"score": "success"}, "expected one of"),
+  ],
+)
+def test_dynamic_sampling_config_errors(section, match):
+  config = sokoban.get_config("gigpo,smoke,dynamic")
+  config.dynamic_sampling.update(section)
+  with pytest.raises(ValueError, match=match):
+    loop.dynamic_sampling_config(config)
+
+
+def test_dynamic_sampling_config_refuses_a_critic():
+  config = sokoban.get_config("ppo,smoke,dynamic")
+  with pytest.raises(ValueError, match="'gae' takes its baseline from a"):
+    loop.dynamic_sampling_config(config)
+  assert loop.dynamic_sampling_config(sokoban.get_config("ppo,smoke")) == {}
+
+
+def test_dynamic_sampling_plays_rounds_until_groups_differ(tmp_path):
+  """From the untrained policy every smoke group fails: each step plays
+  all `max_rounds` rounds and trains on as many rows as without the
+  section; with one round the run is the run without the section."""
+
+  def run(name, section):
+    config = sokoban.get_config("gigpo,smoke")
+    config.sft.steps = 0
+    config.rl.steps = config.eval_every = 1
+    config.dynamic_sampling = section
+    loop.train(config, str(tmp_path / name))
+    return _rl_rows(tmp_path / name)[1]
+
+  plain = run("plain", {})
+  once = run("once", {"max_rounds": 1})
+  thrice = run("thrice", {"max_rounds": 3})
+  n = 2 * 2  # tasks_per_step x group_size
+  assert plain["success_rate"] == 0.0 and plain["episodes"] == n
+  assert once["loss"] == plain["loss"] and once["dynamic/rounds"] == 1.0
+  assert "dynamic/rounds" not in plain
+  assert thrice["dynamic/rounds"] == 3.0 and thrice["episodes"] == 3 * n
+  assert thrice["dynamic/differing_groups"] == 0.0
+  assert thrice["dynamic/batch_differing"] == 0.0
+  # The update's rows: the first round's groups (alike all), as without it.
+  assert thrice["loss"] == plain["loss"]
 
 
 def test_evaluate_checkpoints_repeats_the_runs_evaluation_per_difficulty(
