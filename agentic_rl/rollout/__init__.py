@@ -41,9 +41,9 @@ __all__ = [
   "evaluate",
   "failure_codes",
   "generated_tokens",
+  "group_metrics",
   "make_samplers",
   "play",
-  "group_metrics",
   "rollout_metrics",
   "solved_by_task",
 ]

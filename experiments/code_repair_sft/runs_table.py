@@ -6,7 +6,10 @@
 
 Reads each run's `logs/metrics.jsonl`; prints, per RL step, the update's
 learning rate, KL to the SFT policy, gradient norm and training-rollout
-success, then each evaluation's success and per-tool failure rates.
+success, then each evaluation's success and per-tool failure rates. Runs
+that log them also get, per step, the episodes played, the fraction of
+groups with mixed success (and per difficulty), and dynamic sampling's
+rounds; and, per evaluation, the success per difficulty.
 """
 
 import argparse
@@ -14,6 +17,8 @@ import json
 import pathlib
 
 STEP_KEYS = ("learning_rate", "kl", "grad_norm", "success_rate", "return_mean")
+# Logged since 2026-12-06: groups with a signal, dynamic sampling.
+STEP_PREFIXES = ("groups/mixed_success", "dynamic/")
 EVAL_KEYS = (
   "eval/success_rate",
   "eval/failure_rate/malformed_call",
@@ -36,7 +41,15 @@ def main():
   for name in args.runs:
     rows = load(pathlib.Path(name))
     steps = [
-      {"step": r["step"], **{k: r[k] for k in STEP_KEYS if k in r}}
+      {
+        "step": r["step"],
+        **{k: r[k] for k in STEP_KEYS if k in r},
+        **{
+          k: v
+          for k, v in r.items()
+          if k == "episodes" or k.startswith(STEP_PREFIXES)
+        },
+      }
       for r in rows
       if "kl" in r
     ]
@@ -47,7 +60,9 @@ def main():
         **{
           k: v
           for k, v in r.items()
-          if k.startswith(("eval/tool_failure_rate/", "eval/tool/"))
+          if k.startswith(
+            ("eval/tool_failure_rate/", "eval/tool/", "eval/success_rate/")
+          )
         },
       }
       for r in rows
@@ -61,6 +76,11 @@ def main():
         f"{s['step']:4d} | {s['learning_rate']:.2e} | {s['kl']:.4f} | "
         f"{s['grad_norm']:.2f} | {s['success_rate']:.3f} | "
         f"{s['return_mean']:.3f}"
+        + "".join(
+          f" | {k} {v:.3g}"
+          for k, v in s.items()
+          if k == "episodes" or k.startswith(STEP_PREFIXES)
+        )
       )
     for e in evals:
       cells = ", ".join(
