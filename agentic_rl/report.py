@@ -1194,7 +1194,8 @@ def findings(summary: Mapping[str, Any]) -> list[str]:
       )
       out.append(
         f"{env}: {est} − {base} final success = {_ci(d)} over "
-        f"{d['n']} paired seeds: {verdicts[final]}{_no_width(d)}{late_text}"
+        f"{_count(d['n'], 'paired seed')}: {verdicts[final]}{_no_width(d)}"
+        f"{late_text}"
         f"{tasks_text}{caveat}."
       )
   return out

@@ -572,6 +572,8 @@ def test_findings_say_whether_late_success_confirms_final(final, late, says):
   (line,) = report.findings(summary)
   assert line.startswith("box: ppo − grpo final success = ")
   assert says in line, line
+  n = row["vs_baseline"]["final_success"]["n"]
+  assert f" over {n} paired seed{'' if n == 1 else 's'}: " in line, line
 
 
 def test_literature_note_names_agreeing_and_unresolved_envs():

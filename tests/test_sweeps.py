@@ -927,3 +927,26 @@ def test_adopt_stages_refuses_another_recipe(tmp_path, field, change):
   with pytest.raises(sweeps.SweepSpecError, match=rf"config\.{field} differs"):
     sweeps.adopt_stages(runs, tmp_path / "root", tmp_path / "source")
   assert not (tmp_path / "root").exists()
+
+
+def test_dynamic_sampling_sweep_differs_only_in_the_dynamic_switch():
+  runs = _runs_by_name("configs/ablations/sokoban_dynamic.py")
+  assert len(runs) == 3 + 3 * 4
+  for seed in (0, 1, 2):
+    for estimator in ("gigpo", "grpo"):
+      plain, dynamic = (
+        runs[f"sokoban/{e}/seed{seed}"]
+        for e in (estimator, f"{estimator}_dynamic")
+      )
+      assert plain.config_arg == estimator
+      assert dynamic.config_arg == f"{estimator},dynamic"
+      assert dynamic.overrides == plain.overrides
+      assert dynamic.init_from_run == plain.init_from_run
+      assert plain.init_from_run == f"sokoban/sft/seed{seed}"
+  dynamic = sweeps.load_config("configs/sokoban.py:grpo,dynamic")
+  plain = sweeps.load_config("configs/sokoban.py:grpo")
+  assert dynamic.dynamic_sampling.max_rounds == 3 and not plain.dynamic_sampling
+  dynamic.dynamic_sampling = {}
+  assert dynamic.to_dict() == plain.to_dict()
+  smoke = _runs_by_name("configs/ablations/sokoban_dynamic.py:smoke")
+  assert smoke["sokoban/grpo_dynamic/seed0"].config_arg == "grpo,dynamic,smoke"

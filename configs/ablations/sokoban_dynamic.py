@@ -1,0 +1,55 @@
+"""Sokoban: does DAPO's dynamic sampling help a group-relative estimator?
+
+  python scripts/sweep.py --config=configs/ablations/sokoban_dynamic.py \
+      --root=experiments/sokoban_dynamic/runs --workers=2
+
+Question: most of a Sokoban step's groups fail on every episode (the SFT
+stage solves a few percent of levels), so GRPO gives them zero advantages
+and an update learns from the few groups whose outcomes differ. Dynamic
+sampling (`configs/sokoban.py:...,dynamic`, `loop.roll_out_step`) sets
+such groups aside and plays up to 3 rounds of 8 tasks a step to fill the
+update with 8 groups that differ, at up to 3x the rollouts. Does held-out
+success move differently, for GRPO (outcome only) and for GiGPO (whose
+per-turn credit gets a signal from the shaped return even when outcomes
+are equal)? Arms:
+
+  gigpo           `configs/sokoban.py:gigpo` (the baseline)
+  gigpo_dynamic   `configs/sokoban.py:gigpo,dynamic`
+  grpo            `configs/sokoban.py:grpo`
+  grpo_dynamic    `configs/sokoban.py:grpo,dynamic`
+
+Each dynamic arm differs from its plain one in the `dynamic` switch only
+(compare them with `scripts/compare_conditions.py`); the report pairs
+every arm with gigpo. The grid is the credit-assignment sweep's Sokoban
+arm (size, shared SFT stages, task order, rollout keys: 30 RL steps of 8
+tasks x 8 rollouts, final success on 128 held-out levels). `arg`: as
+`sokoban_reward_input` ('', 'smoke' or 'seeds=N').
+
+Not run yet: the code-repair runs with it are in
+experiments/code_repair_sft/ (tenth part).
+"""
+
+import ml_collections
+
+from configs import sokoban
+from configs.ablations import credit_assignment
+
+ARMS = {
+  "gigpo_dynamic": {"variant": "gigpo,dynamic"},
+  "grpo_dynamic": {"variant": "grpo,dynamic"},
+}
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  seeds, smoke = credit_assignment.parse_arg(arg)
+  c = sokoban.get_config("gigpo,smoke" if smoke else "gigpo")
+  c.sweep = credit_assignment.one_env_sweep(
+    "sokoban_dynamic",
+    "sokoban",
+    ("gigpo", "gigpo_dynamic", "grpo", "grpo_dynamic"),
+    seeds,
+    smoke,
+  )
+  c.sweep.baseline = "gigpo"
+  c.sweep.arms = ARMS
+  return c
