@@ -25,8 +25,8 @@ arm (size, shared SFT stages, task order, rollout keys: 30 RL steps of 8
 tasks x 8 rollouts, final success on 128 held-out levels). `arg`: as
 `sokoban_reward_input` ('', 'smoke' or 'seeds=N').
 
-Not run yet: the code-repair runs with it are in
-experiments/code_repair_sft/ (tenth part).
+Measured (one seed so far): experiments/sokoban_dynamic/; on code
+repair: experiments/code_repair_sft/ (tenth part).
 """
 
 import ml_collections
