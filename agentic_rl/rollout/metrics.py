@@ -121,6 +121,15 @@ def episode_return(trajectory: Trajectory) -> float:
   return float(sum(t.reward for t in trajectory.turns))
 
 
+def by_group(trajectories: Sequence[Trajectory]) -> dict[int, list[Trajectory]]:
+  """The trajectories by `group_id` (the episodes of one task), groups in
+  the order of their first trajectory, members in order."""
+  groups: dict[int, list[Trajectory]] = {}
+  for t in trajectories:
+    groups.setdefault(t.group_id, []).append(t)
+  return groups
+
+
 def group_metrics(
   trajectories: Sequence[Trajectory],
   succeeded: Callable[[Trajectory], bool],
@@ -140,10 +149,7 @@ def group_metrics(
   one episode (a singleton has nothing to be compared with); 0 without
   any.
   """
-  groups: dict[int, list[Trajectory]] = collections.defaultdict(list)
-  for t in trajectories:
-    groups[t.group_id].append(t)
-  compared = [g for g in groups.values() if len(g) > 1]
+  compared = [g for g in by_group(trajectories).values() if len(g) > 1]
   n = max(len(compared), 1)
   wins = [[bool(succeeded(t)) for t in g] for g in compared]
   mixed = [any(w) and not all(w) for w in wins]

@@ -81,7 +81,7 @@ from agentic_rl.rollout import (
 )
 from agentic_rl.rollout import evaluate as evaluate_policy
 from agentic_rl.rollout.demos import expert_trajectories
-from agentic_rl.rollout.metrics import all_alike, episode_return
+from agentic_rl.rollout.metrics import all_alike, by_group, episode_return
 from agentic_rl.rollout.rejection import (
   RejectionConfig,
   preference_pairs,
@@ -444,10 +444,8 @@ def roll_out_step(
     rounds += 1
     if not cfg:
       return played, played, seconds, {}
-    groups: dict[int, list[Trajectory]] = {}
-    for t in played:
-      groups.setdefault(t.group_id, []).append(t)
-    chosen, differ = choose_groups(list(groups.values()), n, cfg["score"])
+    groups = list(by_group(played).values())
+    chosen, differ = choose_groups(groups, n, cfg["score"])
     if differ >= n or rounds == cfg["max_rounds"]:
       break
   metrics = {
@@ -1428,11 +1426,21 @@ def _rl_vs_sft(before, after) -> dict[str, float] | None:
   """The last RL evaluation against the post-SFT one, task by task
   (`report.paired_tasks`: tasks lost, gained, McNemar's p), or None without
   both (or with evaluations kept before per-task results were, 2026-12-05)."""
-  if not (before and after) or after["phase"] != "rl":
-    return None
-  if "solved" not in before or "solved" not in after:
+  if not _pairable(before, after):
     return None
   return report.paired_tasks(before["solved"], after["solved"]).to_dict()
+
+
+def _pairable(before, after) -> bool:
+  """Whether there are a post-SFT and an RL evaluation, both with per-task
+  verdicts (kept since 2026-12-05)."""
+  return bool(
+    before
+    and after
+    and after["phase"] == "rl"
+    and "solved" in before
+    and "solved" in after
+  )
 
 
 def _rl_vs_sft_by_difficulty(
@@ -1440,7 +1448,7 @@ def _rl_vs_sft_by_difficulty(
 ) -> dict[str, dict[str, float]] | None:
   """`_rl_vs_sft` within each difficulty of the held-out tasks ("d0",
   "d1", ...), or None where they have one difficulty (or no pairing)."""
-  if _rl_vs_sft(before, after) is None:
+  if not _pairable(before, after):
     return None
   difficulty = {t.id: f"d{t.difficulty}" for t in eval_tasks}
   if len(set(difficulty.values())) < 2:
