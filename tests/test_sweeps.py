@@ -931,17 +931,21 @@ def test_adopt_stages_refuses_another_recipe(tmp_path, field, change):
 
 def test_dynamic_sampling_sweep_differs_only_in_the_dynamic_switch():
   runs = _runs_by_name("configs/ablations/sokoban_dynamic.py")
-  assert len(runs) == 3 + 3 * 4
+  assert len(runs) == 3 + 3 * 6
   for seed in (0, 1, 2):
     for estimator in ("gigpo", "grpo"):
-      plain, dynamic = (
+      plain, dynamic, wide = (
         runs[f"sokoban/{e}/seed{seed}"]
-        for e in (estimator, f"{estimator}_dynamic")
+        for e in (estimator, f"{estimator}_dynamic", f"{estimator}_wide")
       )
-      assert plain.config_arg == estimator
+      assert plain.config_arg == wide.config_arg == estimator
       assert dynamic.config_arg == f"{estimator},dynamic"
       assert dynamic.overrides == plain.overrides
-      assert dynamic.init_from_run == plain.init_from_run
+      # the wide arm: 3x the tasks a step, in as many minibatches
+      extra = dict(set(wide.overrides) - set(plain.overrides))
+      assert extra == {"rl.tasks_per_step": "24", "rl.minibatch_size": "96"}
+      assert set(plain.overrides) < set(wide.overrides)
+      assert dynamic.init_from_run == plain.init_from_run == wide.init_from_run
       assert plain.init_from_run == f"sokoban/sft/seed{seed}"
   dynamic = sweeps.load_config("configs/sokoban.py:grpo,dynamic")
   plain = sweeps.load_config("configs/sokoban.py:grpo")
@@ -950,3 +954,6 @@ def test_dynamic_sampling_sweep_differs_only_in_the_dynamic_switch():
   assert dynamic.to_dict() == plain.to_dict()
   smoke = _runs_by_name("configs/ablations/sokoban_dynamic.py:smoke")
   assert smoke["sokoban/grpo_dynamic/seed0"].config_arg == "grpo,dynamic,smoke"
+  # scaled from the smoke config's rl section (2 tasks, minibatches of 2)
+  wide = dict(smoke["sokoban/grpo_wide/seed0"].overrides)
+  assert (wide["rl.tasks_per_step"], wide["rl.minibatch_size"]) == ("6", "6")

@@ -11,18 +11,24 @@ such groups aside and plays up to 3 rounds of 8 tasks a step to fill the
 update with 8 groups that differ, at up to 3x the rollouts. Does held-out
 success move differently, for GRPO (outcome only) and for GiGPO (whose
 per-turn credit gets a signal from the shaped return even when outcomes
-are equal)? Arms:
+are equal)? And is it the choice of groups that helps, or only the
+extra rollouts? The wide arms play 3x the tasks a step without choosing
+(at least the episodes a dynamic arm plays) and update on all of them in
+as many optimizer steps (minibatches 3x as large). Arms:
 
   gigpo           `configs/sokoban.py:gigpo` (the baseline)
   gigpo_dynamic   `configs/sokoban.py:gigpo,dynamic`
+  gigpo_wide      gigpo, rl.tasks_per_step and rl.minibatch_size x3
   grpo            `configs/sokoban.py:grpo`
   grpo_dynamic    `configs/sokoban.py:grpo,dynamic`
+  grpo_wide       grpo, rl.tasks_per_step and rl.minibatch_size x3
 
-Each dynamic arm differs from its plain one in the `dynamic` switch only
-(compare them with `scripts/compare_conditions.py`); the report pairs
-every arm with gigpo. The grid is the credit-assignment sweep's Sokoban
-arm (size, shared SFT stages, task order, rollout keys: 30 RL steps of 8
-tasks x 8 rollouts, final success on 128 held-out levels). `arg`: as
+Each dynamic arm differs from its plain one in the `dynamic` switch
+only, each wide arm in the two `rl` fields only (compare any two with
+`scripts/compare_conditions.py`); the report pairs every arm with gigpo.
+The grid is the credit-assignment sweep's Sokoban arm (size, shared SFT
+stages, task order, rollout keys: 30 RL steps of 8 tasks x 8 rollouts,
+final success on 128 held-out levels). `arg`: as
 `sokoban_reward_input` ('', 'smoke' or 'seeds=N').
 
 Measured (one seed so far): experiments/sokoban_dynamic/; on code
@@ -34,10 +40,25 @@ import ml_collections
 from configs import sokoban
 from configs.ablations import credit_assignment
 
-ARMS = {
-  "gigpo_dynamic": {"variant": "gigpo,dynamic"},
-  "grpo_dynamic": {"variant": "grpo,dynamic"},
-}
+ARM_SUFFIXES = ("", "_dynamic", "_wide")
+WIDE = 3  # a dynamic arm plays at most 3 rounds of tasks a step
+
+
+def arms(rl: ml_collections.ConfigDict) -> dict:
+  """The dynamic and wide arms, the wide ones scaled from `rl` (the
+  plain config's section: the full or the smoke one)."""
+  wide = {
+    "rl": {
+      "tasks_per_step": WIDE * rl.tasks_per_step,
+      "minibatch_size": WIDE * rl.minibatch_size,
+    }
+  }
+  return {
+    "gigpo_dynamic": {"variant": "gigpo,dynamic"},
+    "grpo_dynamic": {"variant": "grpo,dynamic"},
+    "gigpo_wide": {"variant": "gigpo", "overrides": wide},
+    "grpo_wide": {"variant": "grpo", "overrides": wide},
+  }
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -46,10 +67,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.sweep = credit_assignment.one_env_sweep(
     "sokoban_dynamic",
     "sokoban",
-    ("gigpo", "gigpo_dynamic", "grpo", "grpo_dynamic"),
+    tuple(f"{e}{arm}" for e in ("gigpo", "grpo") for arm in ARM_SUFFIXES),
     seeds,
     smoke,
   )
   c.sweep.baseline = "gigpo"
-  c.sweep.arms = ARMS
+  c.sweep.arms = arms(c.rl)
   return c
