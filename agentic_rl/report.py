@@ -1452,14 +1452,19 @@ def write_report(
 
 
 def final_eval(run_dir: str | os.PathLike, metric: str) -> float:
-  """`metric` (e.g. "eval/success_rate") at a run's last RL evaluation."""
+  """`metric` (e.g. "eval/success_rate") at a run's last RL evaluation;
+  `late:<metric>` (e.g. "late:eval/success_rate"): its mean over the
+  evaluations of the second half of RL (`late_mean`)."""
   wd = pathlib.Path(run_dir)
   _read_json(wd / "summary.json")  # finished runs only
   rows = rl_rows(read_metrics(wd / "logs" / "metrics.jsonl"))
-  found = [r[metric] for r in rows if metric in r]
+  name = metric.removeprefix("late:")
+  found = [(r["rl_step"], r[name]) for r in rows if name in r]
   if not found:
-    raise ReportError(f"{wd}: no RL row logs {metric!r}")
-  return float(found[-1])
+    raise ReportError(f"{wd}: no RL row logs {name!r}")
+  if metric.startswith("late:"):
+    return late_mean(*zip(*found, strict=True))
+  return float(found[-1][1])
 
 
 def final_solved(summary: Mapping[str, Any]) -> dict[str, bool] | None:
@@ -1468,6 +1473,16 @@ def final_solved(summary: Mapping[str, Any]) -> dict[str, bool] | None:
   if evals and evals[-1].get("phase") == "rl" and "solved" in evals[-1]:
     return dict(evals[-1]["solved"])
   return None
+
+
+def arm_pair(entry: str) -> tuple[str, str]:
+  """`EST` -> (EST, EST); `EST_A:EST_B` -> (EST_A, EST_B)."""
+  a, sep, b = entry.partition(":")
+  if not a or (sep and not b) or ":" in b or "/" in entry:
+    raise ReportError(
+      f"estimator entry {entry!r}: expected EST or EST_A:EST_B (arm names)"
+    )
+  return a, b if sep else a
 
 
 def compare_conditions(
@@ -1484,9 +1499,12 @@ def compare_conditions(
 
   Runs are `<root>/<env>/<estimator>/seed<seed>` as a sweep lays them out,
   so two sweeps that differ in one setting (same seeds, same SFT stages)
-  pair run for run. The success row also carries `tasks`: the final
-  evaluations compared task by task, pooled over the seeds whose runs
-  kept per-task verdicts (`pooled_tasks`; a = A, b = B), or None.
+  pair run for run. An entry `EST_A:EST_B` pairs A's EST_A with B's
+  EST_B: two arms of one sweep (root_a = root_b), say a plain arm and
+  the same estimator with one switch on. The success row also carries
+  `tasks`: the final evaluations compared task by task, pooled over the
+  seeds whose runs kept per-task verdicts (`pooled_tasks`; a = A, b = B),
+  or None.
   """
 
   def finished_seeds(root, est) -> dict[int, pathlib.Path]:
@@ -1499,11 +1517,14 @@ def compare_conditions(
 
   out = []
   for est in estimators:
-    a, b = finished_seeds(root_a, est), finished_seeds(root_b, est)
+    est_a, est_b = arm_pair(est)
+    a, b = finished_seeds(root_a, est_a), finished_seeds(root_b, est_b)
     shared = sorted(set(a) & set(b))
     if not shared:
       raise ReportError(
-        f"{env}/{est}: no seed finished under both {root_a} and {root_b}"
+        f"{env}/{est}: no seed finished under both {root_a}"
+        f"{'' if est_a == est_b else f' ({est_a})'} and {root_b}"
+        f"{'' if est_a == est_b else f' ({est_b})'}"
       )
     # Each run's summary, read once: (A's, B's) by seed.
     summaries = {

@@ -7,12 +7,20 @@
       --metrics=eval/success_rate,eval/failure_rate/malformed_call \
       --out=experiments/search_qa_shaping/paired.json
 
-For each estimator and metric: the value at each run's last evaluation,
-by seed, under A and under B, and the paired difference B - A (mean and
-95% t-interval over the seeds finished under both); for success, also the
-final evaluations task by task, pooled over the seeds whose runs kept
-per-task verdicts (tasks only A solved / only B solved, McNemar's exact
-p). Prints a Markdown table and writes it, with the numbers, as JSON.
+Two arms of one sweep: leave out --b and name the pairs `A_ARM:B_ARM`,
+
+  python scripts/compare_conditions.py --a=experiments/sokoban_dynamic/runs \
+      --label_a=plain --label_b=dynamic --env=sokoban \
+      --estimators=grpo:grpo_dynamic,gigpo:gigpo_dynamic
+
+For each estimator (or pair of arms) and metric: the value at each run's
+last evaluation (a metric `late:M`: M's mean over the evaluations of the
+second half of RL, the sweep reports' "late success"), by seed, under A
+and under B, and the paired difference B - A (mean and 95% t-interval
+over the seeds finished under both); for success, also the final
+evaluations task by task, pooled over the seeds whose runs kept per-task
+verdicts (tasks only A solved / only B solved, McNemar's exact p).
+Prints a Markdown table and writes it, with the numbers, as JSON.
 """
 
 import json
@@ -26,22 +34,27 @@ from absl import app, flags  # noqa: E402
 from agentic_rl import report  # noqa: E402
 
 _A = flags.DEFINE_string("a", None, "Sweep root of condition A.")
-_B = flags.DEFINE_string("b", None, "Sweep root of condition B.")
+_B = flags.DEFINE_string(
+  "b", None, "Sweep root of condition B (default: --a, to pair its arms)."
+)
 _LABEL_A = flags.DEFINE_string("label_a", "A", "Name of condition A.")
 _LABEL_B = flags.DEFINE_string("label_b", "B", "Name of condition B.")
 _ENV = flags.DEFINE_string("env", None, "Environment label in both sweeps.")
 _ESTIMATORS = flags.DEFINE_list("estimators", None, "Estimators to pair.")
 _METRICS = flags.DEFINE_list(
-  "metrics", ["eval/success_rate"], "Logged eval metrics to compare."
+  "metrics",
+  ["eval/success_rate"],
+  "Logged eval metrics to compare (late:M for M's late mean).",
 )
 _OUT = flags.DEFINE_string("out", None, "JSON file for the table's numbers.")
-flags.mark_flags_as_required(["a", "b", "env", "estimators"])
+flags.mark_flags_as_required(["a", "env", "estimators"])
 
 
 def main(argv: list[str]) -> None:
   del argv
+  root_b = _B.value or _A.value
   rows = report.compare_conditions(
-    _A.value, _B.value, _ENV.value, _ESTIMATORS.value, _METRICS.value
+    _A.value, root_b, _ENV.value, _ESTIMATORS.value, _METRICS.value
   )
   table = report.comparison_table(rows, _LABEL_A.value, _LABEL_B.value)
   print(table)
@@ -50,7 +63,7 @@ def main(argv: list[str]) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     record = {
       "a": _A.value,
-      "b": _B.value,
+      "b": root_b,
       "labels": [_LABEL_A.value, _LABEL_B.value],
       "env": _ENV.value,
       "rows": rows,

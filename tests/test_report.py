@@ -665,6 +665,51 @@ def test_compare_conditions_pairs_runs_by_seed(tmp_path):
     )
 
 
+def test_compare_conditions_pairs_two_arms_of_one_sweep_late_or_final(
+  tmp_path,
+):
+  # RL evaluations at steps 1, 2 and 4; late = the mean over steps >= 2.
+  curves = {
+    ("grpo", 0): (0.9, 0.2, 0.4),  # late 0.3
+    ("grpo", 1): (0.9, 0.5, 0.5),  # late 0.5
+    ("grpo_dyn", 0): (0.0, 0.4, 0.6),  # late 0.5
+    ("grpo_dyn", 1): (0.0, 0.5, 0.7),  # late 0.6
+  }
+  for (arm, seed), (s1, s2, s4) in curves.items():
+    _write_run(
+      tmp_path,
+      f"qa/{arm}/seed{seed}",
+      [(0, 0.1, 0.0), (1, s1, 0.0), (2, s2, 0.0), (4, s4, 0.0)],
+      # seed 0 keeps its verdicts on 10 tasks: 4 solved, then 6
+      solved=(_first(1, 10), _first(int(10 * s4), 10)) if seed == 0 else None,
+    )
+  final, late = report.compare_conditions(
+    tmp_path,
+    tmp_path,
+    "qa",
+    ["grpo:grpo_dyn"],
+    ["eval/success_rate", "late:eval/success_rate"],
+  )
+  assert final["estimator"] == late["estimator"] == "grpo:grpo_dyn"
+  assert final["a"] == {0: 0.4, 1: 0.5} and final["b"] == {0: 0.6, 1: 0.7}
+  assert final["b_minus_a"]["mean"] == pytest.approx(0.2)
+  assert late["a"] == pytest.approx({0: 0.3, 1: 0.5})
+  assert late["b"] == pytest.approx({0: 0.5, 1: 0.6})
+  assert late["b_minus_a"]["mean"] == pytest.approx(0.15)
+  t = final["tasks"]  # final verdicts of seed 0: only the dynamic arm's 2
+  assert (t["seeds"], t["n"], t["only_a"], t["only_b"]) == ([0], 10, 0, 2)
+  assert late["tasks"] is None  # task by task is the final evaluation's
+  for bad in ("grpo:", ":grpo", "grpo:a:b", "qa/grpo"):
+    with pytest.raises(report.ReportError, match="expected EST or EST_A:EST_B"):
+      report.compare_conditions(
+        tmp_path, tmp_path, "qa", [bad], ["eval/success_rate"]
+      )
+  with pytest.raises(report.ReportError, match=r"\(nope\)"):
+    report.compare_conditions(
+      tmp_path, tmp_path, "qa", ["grpo:nope"], ["eval/success_rate"]
+    )
+
+
 def _distill_run(root, name, success, params=1000, distill=None):
   d = root / name
   d.mkdir()
