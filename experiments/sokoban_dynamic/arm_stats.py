@@ -1,0 +1,94 @@
+"""Per-arm training statistics of this folder's sweep (see its README).
+
+  python experiments/sokoban_dynamic/arm_stats.py \
+      experiments/sokoban_dynamic/runs \
+      [--json experiments/sokoban_dynamic/arm_stats.json]
+
+For every arm of `<root>/sokoban/<arm>/seed<k>`: the seeds finished, and
+over their RL steps (a run's steps averaged, then the runs): episodes
+played a step, the fraction of played groups with mixed success, the
+update's mean |advantage|, KL to the SFT policy, gradient norm, dynamic
+sampling's rounds a step, and the run's wall time (`sweep_timing.json`).
+The held-out numbers are the sweep report's.
+"""
+
+import argparse
+import json
+import pathlib
+
+import numpy as np
+
+KEYS = (
+  "episodes",
+  "groups/mixed_success",
+  "adv_abs_mean",
+  "kl",
+  "grad_norm",
+  "dynamic/rounds",
+)
+
+
+def run_means(run: pathlib.Path) -> dict[str, float]:
+  """Mean of each KEYS metric over a run's RL steps (a resumed run's
+  rewrite of a step wins), plus its wall time in seconds."""
+  by_step = {}
+  for line in (run / "logs" / "metrics.jsonl").read_text().splitlines():
+    row = json.loads(line)
+    if "episodes" in row:  # an RL step's row
+      by_step[row["step"]] = row
+  rows = list(by_step.values())
+  out = {
+    k: float(np.mean([r[k] for r in rows]))
+    for k in KEYS
+    if rows and all(k in r for r in rows)
+  }
+  timing = run / "sweep_timing.json"
+  if timing.is_file():
+    out["seconds"] = float(json.loads(timing.read_text())["seconds"])
+  return out
+
+
+def arm_stats(root: pathlib.Path, env: str = "sokoban") -> dict[str, dict]:
+  """Arm -> {"seeds": [...], metric: mean over the seeds' run means}."""
+  stats = {}
+  for arm_dir in sorted((root / env).iterdir()):
+    runs = sorted(
+      d for d in arm_dir.glob("seed*") if (d / "summary.json").is_file()
+    )
+    if arm_dir.name == "sft" or not runs:
+      continue
+    means = [run_means(d) for d in runs]
+    keys = set.intersection(*(set(m) for m in means))
+    stats[arm_dir.name] = {
+      "seeds": [int(d.name[4:]) for d in runs],
+      **{k: float(np.mean([m[k] for m in means])) for k in sorted(keys)},
+    }
+  return stats
+
+
+def table(stats: dict[str, dict]) -> str:
+  cols = ("seconds", *KEYS)
+  lines = [
+    "| arm | seeds | " + " | ".join(cols) + " |",
+    "|---|---|" + "---|" * len(cols),
+  ]
+  for arm, s in stats.items():
+    cells = [f"{s[c]:.3g}" if c in s else "–" for c in cols]
+    lines.append(f"| {arm} | {len(s['seeds'])} | " + " | ".join(cells) + " |")
+  return "\n".join(lines)
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser()
+  parser.add_argument("root", type=pathlib.Path)
+  parser.add_argument("--json", type=pathlib.Path)
+  args = parser.parse_args()
+  stats = arm_stats(args.root)
+  print(table(stats))
+  if args.json:
+    args.json.write_text(json.dumps(stats, indent=2) + "\n")
+    print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+  main()
