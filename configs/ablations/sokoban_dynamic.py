@@ -31,8 +31,8 @@ stages, task order, rollout keys: 30 RL steps of 8 tasks x 8 rollouts,
 final success on 128 held-out levels). `arg`: as
 `sokoban_reward_input` ('', 'smoke' or 'seeds=N').
 
-Measured (one seed so far): experiments/sokoban_dynamic/; on code
-repair: experiments/code_repair_sft/ (tenth part).
+Measured (4 seeds): experiments/sokoban_dynamic/; on code repair:
+experiments/code_repair_sft/ (tenth part).
 """
 
 import ml_collections
