@@ -680,7 +680,7 @@ def test_compare_conditions_pairs_two_arms_of_one_sweep_late_or_final(
       tmp_path,
       f"qa/{arm}/seed{seed}",
       [(0, 0.1, 0.0), (1, s1, 0.0), (2, s2, 0.0), (4, s4, 0.0)],
-      # seed 0 keeps its verdicts on 10 tasks: 4 solved, then 6
+      # seed 0's runs keep verdicts on 10 tasks (final: 4 and 6 solved)
       solved=(_first(1, 10), _first(int(10 * s4), 10)) if seed == 0 else None,
     )
   final, late = report.compare_conditions(
