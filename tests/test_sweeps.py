@@ -931,7 +931,7 @@ def test_adopt_stages_refuses_another_recipe(tmp_path, field, change):
 
 def test_dynamic_sampling_sweep_differs_only_in_the_dynamic_switch():
   runs = _runs_by_name("configs/ablations/sokoban_dynamic.py")
-  assert len(runs) == 3 + 3 * 6
+  assert len(runs) == 3 + 3 * 8
   for seed in (0, 1, 2):
     for estimator in ("gigpo", "grpo"):
       plain, dynamic, wide = (
@@ -946,6 +946,10 @@ def test_dynamic_sampling_sweep_differs_only_in_the_dynamic_switch():
       assert extra == {"rl.tasks_per_step": "24", "rl.minibatch_size": "96"}
       assert set(plain.overrides) < set(wide.overrides)
       assert dynamic.init_from_run == plain.init_from_run == wide.init_from_run
+      random = runs[f"sokoban/{estimator}_random/seed{seed}"]
+      assert random.config_arg == dynamic.config_arg
+      extra = dict(set(random.overrides) - set(dynamic.overrides))
+      assert extra == {"dynamic_sampling.choose": "random"}
       assert plain.init_from_run == f"sokoban/sft/seed{seed}"
   dynamic = sweeps.load_config("configs/sokoban.py:grpo,dynamic")
   plain = sweeps.load_config("configs/sokoban.py:grpo")

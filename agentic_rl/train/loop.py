@@ -361,9 +361,17 @@ def _replay_config(config) -> dict[str, Any]:
 
 
 # Dynamic sampling: `max_rounds` rounds of tasks at most an RL step;
-# `score` what "all alike" is judged by, as the estimators' `score`.
-DYNAMIC_SAMPLING_DEFAULTS = {"max_rounds": 3, "score": "outcome"}
+# `score` what "all alike" is judged by, as the estimators' `score`;
+# `choose` "differing" (DAPO's) or "random": always play `max_rounds`
+# rounds and train on groups drawn at random, the control that plays and
+# trains as much without choosing by signal.
+DYNAMIC_SAMPLING_DEFAULTS = {
+  "max_rounds": 3,
+  "score": "outcome",
+  "choose": "differing",
+}
 DYNAMIC_SAMPLING_SCORES = ("outcome", "return")
+DYNAMIC_SAMPLING_CHOICES = ("differing", "random")
 
 
 def dynamic_sampling_config(config) -> dict[str, Any]:
@@ -379,11 +387,14 @@ def dynamic_sampling_config(config) -> dict[str, Any]:
   rounds = cfg["max_rounds"]
   if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
     raise ValueError(f"{what}.max_rounds must be an int >= 1: {rounds!r}")
-  if cfg["score"] not in DYNAMIC_SAMPLING_SCORES:
-    raise ValueError(
-      f"{what}.score {cfg['score']!r}: expected one of "
-      f"{DYNAMIC_SAMPLING_SCORES}"
-    )
+  for field, allowed in (
+    ("score", DYNAMIC_SAMPLING_SCORES),
+    ("choose", DYNAMIC_SAMPLING_CHOICES),
+  ):
+    if cfg[field] not in allowed:
+      raise ValueError(
+        f"{what}.{field} {cfg[field]!r}: expected one of {allowed}"
+      )
   if estimators.uses_values(config.estimator.name):
     raise ValueError(
       f"{what} keeps the groups a group-relative estimator learns from; "
@@ -413,6 +424,18 @@ def choose_groups(
   return (differ + alike)[:n], len(differ)
 
 
+_CHOOSE_SALT = 0xC4005E  # folded into a step's key to draw random groups
+
+
+def random_groups(
+  groups: Sequence[Sequence[Trajectory]], n: int, key: jax.Array
+) -> list[Sequence[Trajectory]]:
+  """`n` of the groups drawn without replacement by `key`, in the order
+  played."""
+  picked = jax.random.choice(key, len(groups), (n,), replace=False)
+  return [groups[j] for j in sorted(int(j) for j in picked)]
+
+
 def roll_out_step(
   run: Run, i: int
 ) -> tuple[list[Trajectory], list[Trajectory], float, dict[str, float]]:
@@ -429,7 +452,9 @@ def roll_out_step(
   with set-aside groups in the order played when the rounds ran out, so it
   keeps its size (and the optimizer its steps per RL step). Round 0 uses
   the step's usual key, so a run whose first round suffices is the run
-  without the section.
+  without the section. With `choose="random"` every step plays all
+  `max_rounds` rounds and the update takes `tasks_per_step` of the groups
+  drawn at random (the same rollouts and update size, no choosing).
   """
   cfg = dynamic_sampling_config(run.config)
   n = run.config.rl.tasks_per_step
@@ -446,12 +471,18 @@ def roll_out_step(
       return played, played, seconds, {}
     groups = list(by_group(played).values())
     chosen, differ = choose_groups(groups, n, cfg["score"])
-    if differ >= n or rounds == cfg["max_rounds"]:
+    searching = cfg["choose"] == "differing"
+    if (searching and differ >= n) or rounds == cfg["max_rounds"]:
       break
+  if not searching:
+    chosen = random_groups(groups, n, jax.random.fold_in(key, _CHOOSE_SALT))
+  chosen_differ = sum(
+    not all_alike([episode_score(t, cfg["score"]) for t in g]) for g in chosen
+  )
   metrics = {
     "dynamic/rounds": float(rounds),
     "dynamic/differing_groups": float(differ),
-    "dynamic/batch_differing": min(differ, n) / n,
+    "dynamic/batch_differing": chosen_differ / n,
   }
   return [t for g in chosen for t in g], played, seconds, metrics
 

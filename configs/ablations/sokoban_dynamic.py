@@ -14,7 +14,9 @@ per-turn credit gets a signal from the shaped return even when outcomes
 are equal)? And is it the choice of groups that helps, or only the
 extra rollouts? The wide arms play 3x the tasks a step without choosing
 (at least the episodes a dynamic arm plays) and update on all of them in
-as many optimizer steps (minibatches 3x as large). Arms:
+as many optimizer steps (minibatches 3x as large); the random arms play
+as widely and train on as many rows as a dynamic arm, choosing at
+random. Arms:
 
   gigpo           `configs/sokoban.py:gigpo` (the baseline)
   gigpo_dynamic   `configs/sokoban.py:gigpo,dynamic`
@@ -22,6 +24,9 @@ as many optimizer steps (minibatches 3x as large). Arms:
   grpo            `configs/sokoban.py:grpo`
   grpo_dynamic    `configs/sokoban.py:grpo,dynamic`
   grpo_wide       grpo, rl.tasks_per_step and rl.minibatch_size x3
+  gigpo_random    gigpo_dynamic, dynamic_sampling.choose="random": all 3
+                  rounds played, the update's 8 groups drawn at random
+  grpo_random     the same for grpo_dynamic
 
 Each dynamic arm differs from its plain one in the `dynamic` switch
 only, each wide arm in the two `rl` fields only (compare any two with
@@ -40,7 +45,7 @@ import ml_collections
 from configs import sokoban
 from configs.ablations import credit_assignment
 
-ARM_SUFFIXES = ("", "_dynamic", "_wide")
+ARM_SUFFIXES = ("", "_dynamic", "_wide", "_random")
 WIDE = 3  # a dynamic arm plays at most 3 rounds of tasks a step
 
 
@@ -53,11 +58,14 @@ def arms(rl: ml_collections.ConfigDict) -> dict:
       "minibatch_size": WIDE * rl.minibatch_size,
     }
   }
+  random = {"dynamic_sampling": {"choose": "random"}}
   return {
     "gigpo_dynamic": {"variant": "gigpo,dynamic"},
     "grpo_dynamic": {"variant": "grpo,dynamic"},
     "gigpo_wide": {"variant": "gigpo", "overrides": wide},
     "grpo_wide": {"variant": "grpo", "overrides": wide},
+    "gigpo_random": {"variant": "gigpo,dynamic", "overrides": random},
+    "grpo_random": {"variant": "grpo,dynamic", "overrides": random},
   }
 
 

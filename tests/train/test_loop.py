@@ -821,6 +821,20 @@ def test_choose_groups_by_hand():
   assert loop.episode_score(c[1], "return") == 0.5
 
 
+def test_random_groups_draws_distinct_groups_in_played_order():
+  groups = [_group(g, [0.0, 1.0]) for g in range(10)]
+  picks = []
+  for seed in range(5):
+    key = jax.random.PRNGKey(seed)
+    chosen = loop.random_groups(groups, 3, key)
+    ids = [g[0].group_id for g in chosen]
+    assert len(set(ids)) == 3 and ids == sorted(ids)
+    assert ids == [g[0].group_id for g in loop.random_groups(groups, 3, key)]
+    picks.append(tuple(ids))
+  assert len(set(picks)) > 1  # the key decides
+  assert loop.random_groups(groups[:3], 3, key) == groups[:3]
+
+
 @pytest.mark.parametrize(
   "section, match",
   [
@@ -828,6 +842,7 @@ def test_choose_groups_by_hand():
     ({"max_rounds": 0}, "max_rounds must be an int >= 1"),
     ({"max_rounds": -1}, "max_rounds must be an int >= 1"),
     ({"score": "success"}, "expected one of"),
+    ({"choose": "best"}, r"choose 'best': expected one of"),
   ],
 )
 def test_dynamic_sampling_config_errors(section, match):
@@ -860,6 +875,8 @@ def test_dynamic_sampling_plays_rounds_until_groups_differ(tmp_path):
   plain = run("plain", {})
   once = run("once", {"max_rounds": 1})
   thrice = run("thrice", {"max_rounds": 3})
+  once_random = run("once_random", {"max_rounds": 1, "choose": "random"})
+  thrice_random = run("thrice_random", {"max_rounds": 3, "choose": "random"})
   n = 2 * 2  # tasks_per_step x group_size
   assert plain["success_rate"] == 0.0 and plain["episodes"] == n
   assert once["loss"] == plain["loss"] and once["dynamic/rounds"] == 1.0
@@ -869,6 +886,12 @@ def test_dynamic_sampling_plays_rounds_until_groups_differ(tmp_path):
   assert thrice["dynamic/batch_differing"] == 0.0
   # The update's rows: the first round's groups (alike all), as without it.
   assert thrice["loss"] == plain["loss"]
+  # Random choice: one round's groups drawn whole are the plain update;
+  # three rounds are always played, whatever the groups.
+  assert once_random["loss"] == plain["loss"]
+  assert thrice_random["dynamic/rounds"] == 3.0
+  assert thrice_random["episodes"] == 3 * n
+  assert np.isfinite(thrice_random["loss"])
 
 
 def test_evaluate_checkpoints_repeats_the_runs_evaluation_per_difficulty(
