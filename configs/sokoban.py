@@ -230,10 +230,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # DAPO's dynamic sampling (`loop.roll_out_step`; {}: off): groups whose
   # episodes all score alike (all solved or all failed, by `score`) are
   # set aside and up to `max_rounds` rounds of tasks are played a step to
-  # fill the update with groups that differ.
+  # fill the update with groups that differ (`choose="random"`: every
+  # round is played and the update's groups are drawn at random).
   c.dynamic_sampling = {}
   if "dynamic" in parts:
-    c.dynamic_sampling = {"max_rounds": 3, "score": "outcome"}
+    c.dynamic_sampling = {
+      "max_rounds": 3,
+      "score": "outcome",
+      "choose": "differing",
+    }
   c.eval_every = 10
   c.checkpoint_every = 10
   c.checkpoint_keep = 2
