@@ -1521,11 +1521,12 @@ def compare_conditions(
     a, b = finished_seeds(root_a, est_a), finished_seeds(root_b, est_b)
     shared = sorted(set(a) & set(b))
     if not shared:
-      raise ReportError(
-        f"{env}/{est}: no seed finished under both {root_a}"
-        f"{'' if est_a == est_b else f' ({est_a})'} and {root_b}"
-        f"{'' if est_a == est_b else f' ({est_b})'}"
+      where = (
+        f"{root_a} and {root_b}"
+        if est_a == est_b
+        else f"{root_a} ({est_a}) and {root_b} ({est_b})"
       )
+      raise ReportError(f"{env}/{est}: no seed finished under both {where}")
     # Each run's summary, read once: (A's, B's) by seed.
     summaries = {
       s: tuple(_read_json(d[s] / "summary.json") for d in (a, b))

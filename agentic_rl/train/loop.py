@@ -411,16 +411,21 @@ def episode_score(trajectory: Trajectory, score: str) -> float:
   return episode_return(trajectory)
 
 
+def group_differs(group: Sequence[Trajectory], score: str) -> bool:
+  """Whether a group's episodes do not all score alike (to 1e-6); a group
+  of one episode has no comparison, so it does not."""
+  return not all_alike([episode_score(t, score) for t in group])
+
+
 def choose_groups(
   groups: Sequence[Sequence[Trajectory]], n: int, score: str
 ) -> tuple[list[Sequence[Trajectory]], int]:
-  """The first `n` groups (in the order given) whose episodes do not all
-  score alike (to 1e-6), filled up in order with groups that do when
-  fewer differ; and how many differ in all. A group of one episode counts
-  as alike: it has no comparison."""
-  same = [all_alike([episode_score(t, score) for t in g]) for g in groups]
-  differ = [g for g, a in zip(groups, same, strict=True) if not a]
-  alike = [g for g, a in zip(groups, same, strict=True) if a]
+  """The first `n` groups (in the order given) that differ
+  (`group_differs`), filled up in order with groups that do not when
+  fewer differ; and how many differ in all."""
+  differs = [group_differs(g, score) for g in groups]
+  differ = [g for g, d in zip(groups, differs, strict=True) if d]
+  alike = [g for g, d in zip(groups, differs, strict=True) if not d]
   return (differ + alike)[:n], len(differ)
 
 
@@ -459,6 +464,7 @@ def roll_out_step(
   cfg = dynamic_sampling_config(run.config)
   n = run.config.rl.tasks_per_step
   key = jax.random.fold_in(run.state.rng, i)
+  searching = cfg.get("choose") == "differing"  # else drawn at random
   played: list[Trajectory] = []
   seconds, rounds = 0.0, 0
   while True:
@@ -471,14 +477,11 @@ def roll_out_step(
       return played, played, seconds, {}
     groups = list(by_group(played).values())
     chosen, differ = choose_groups(groups, n, cfg["score"])
-    searching = cfg["choose"] == "differing"
     if (searching and differ >= n) or rounds == cfg["max_rounds"]:
       break
   if not searching:
     chosen = random_groups(groups, n, jax.random.fold_in(key, _CHOOSE_SALT))
-  chosen_differ = sum(
-    not all_alike([episode_score(t, cfg["score"]) for t in g]) for g in chosen
-  )
+  chosen_differ = sum(group_differs(g, cfg["score"]) for g in chosen)
   metrics = {
     "dynamic/rounds": float(rounds),
     "dynamic/differing_groups": float(differ),

@@ -18,6 +18,8 @@ import pathlib
 
 import numpy as np
 
+from agentic_rl import report
+
 KEYS = (
   "episodes",
   "groups/mixed_success",
@@ -29,14 +31,10 @@ KEYS = (
 
 
 def run_means(run: pathlib.Path) -> dict[str, float]:
-  """Mean of each KEYS metric over a run's RL steps (a resumed run's
-  rewrite of a step wins), plus its wall time in seconds."""
-  by_step = {}
-  for line in (run / "logs" / "metrics.jsonl").read_text().splitlines():
-    row = json.loads(line)
-    if "episodes" in row:  # an RL step's row
-      by_step[row["step"]] = row
-  rows = list(by_step.values())
+  """Mean of each KEYS metric over a run's RL steps (`report.rl_rows`: a
+  resumed run's rewrite of a step wins), plus its wall time in seconds."""
+  logged = report.rl_rows(report.read_metrics(run / "logs" / "metrics.jsonl"))
+  rows = [r for r in logged if "episodes" in r]  # rollout steps, not evals
   out = {
     k: float(np.mean([r[k] for r in rows]))
     for k in KEYS
