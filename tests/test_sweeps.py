@@ -931,7 +931,7 @@ def test_adopt_stages_refuses_another_recipe(tmp_path, field, change):
 
 def test_dynamic_sampling_sweep_differs_only_in_the_dynamic_switch():
   runs = _runs_by_name("configs/ablations/sokoban_dynamic.py")
-  assert len(runs) == 3 + 3 * 8
+  assert len(runs) == 3 + 3 * 9
   for seed in (0, 1, 2):
     for estimator in ("gigpo", "grpo"):
       plain, dynamic, wide = (
@@ -951,6 +951,12 @@ def test_dynamic_sampling_sweep_differs_only_in_the_dynamic_switch():
       extra = dict(set(random.overrides) - set(dynamic.overrides))
       assert extra == {"dynamic_sampling.choose": "random"}
       assert plain.init_from_run == f"sokoban/sft/seed{seed}"
+    dynamic, by_return = (
+      runs[f"sokoban/{e}/seed{seed}"] for e in ("gigpo_dynamic", "gigpo_return")
+    )
+    assert by_return.config_arg == dynamic.config_arg
+    extra = dict(set(by_return.overrides) - set(dynamic.overrides))
+    assert extra == {"dynamic_sampling.score": "return"}
   dynamic = sweeps.load_config("configs/sokoban.py:grpo,dynamic")
   plain = sweeps.load_config("configs/sokoban.py:grpo")
   assert dynamic.dynamic_sampling.max_rounds == 3 and not plain.dynamic_sampling

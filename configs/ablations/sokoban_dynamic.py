@@ -27,6 +27,10 @@ random. Arms:
   gigpo_random    gigpo_dynamic, dynamic_sampling.choose="random": all 3
                   rounds played, the update's 8 groups drawn at random
   grpo_random     the same for grpo_dynamic
+  gigpo_return    gigpo_dynamic, dynamic_sampling.score="return": a group
+                  is set aside only when its shaped returns are all
+                  alike, not its outcomes (GiGPO's turn credit learns
+                  from returns that differ when outcomes do not)
 
 Each dynamic arm differs from its plain one in the `dynamic` switch
 only, each wide arm in the two `rl` fields only (compare any two with
@@ -46,6 +50,7 @@ from configs import sokoban
 from configs.ablations import credit_assignment
 
 ARM_SUFFIXES = ("", "_dynamic", "_wide", "_random")
+EXTRA_ARMS = ("gigpo_return",)  # GiGPO only: GRPO's advantages are outcomes
 WIDE = 3  # a dynamic arm plays at most 3 rounds of tasks a step
 
 
@@ -66,6 +71,10 @@ def arms(rl: ml_collections.ConfigDict) -> dict:
     "grpo_wide": {"variant": "grpo", "overrides": wide},
     "gigpo_random": {"variant": "gigpo,dynamic", "overrides": random},
     "grpo_random": {"variant": "grpo,dynamic", "overrides": random},
+    "gigpo_return": {
+      "variant": "gigpo,dynamic",
+      "overrides": {"dynamic_sampling": {"score": "return"}},
+    },
   }
 
 
@@ -75,7 +84,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.sweep = credit_assignment.one_env_sweep(
     "sokoban_dynamic",
     "sokoban",
-    tuple(f"{e}{arm}" for e in ("gigpo", "grpo") for arm in ARM_SUFFIXES),
+    tuple(f"{e}{arm}" for e in ("gigpo", "grpo") for arm in ARM_SUFFIXES)
+    + EXTRA_ARMS,
     seeds,
     smoke,
   )
