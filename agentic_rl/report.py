@@ -540,7 +540,16 @@ def read_manifest(root: str | os.PathLike) -> dict[str, Any]:
   for key in ("name", "envs", "estimators", "seeds", "baseline", "runs"):
     if key not in manifest:
       raise ReportError(f"{path} lacks {key!r}")
-  return manifest
+  return {**manifest, "pairs": _pairs(manifest, manifest.get("pairs", ()))}
+
+
+def _pairs(
+  manifest: Mapping[str, Any], entries: Sequence[str]
+) -> list[tuple[str, str]]:
+  """ "A:B" entries as (A, B) pairs of the manifest's estimators."""
+  from agentic_rl import sweeps
+
+  return sweeps.parse_pairs(entries, manifest["estimators"], ReportError)
 
 
 def load_sweep(
@@ -573,13 +582,18 @@ def _stat(values: Sequence[float]) -> dict[str, Any]:
   return t_interval(values).to_dict()
 
 
-def summarize_env(
-  curves: Sequence[RunCurve], baseline: str, threshold: float
-) -> dict[str, Any]:
-  """Per estimator statistics (and paired differences) for one env."""
+def _by_estimator(curves: Sequence[RunCurve]) -> dict[str, dict[int, RunCurve]]:
   by_est: dict[str, dict[int, RunCurve]] = {}
   for c in curves:
     by_est.setdefault(c.estimator, {})[c.seed] = c
+  return by_est
+
+
+def _per_seed(
+  curves: Sequence[RunCurve],
+) -> dict[str, dict[str, dict[int, float]]]:
+  """Estimator -> metric -> seed -> value, for every metric the report
+  compares (per-difficulty finals when all runs evaluated the same ones)."""
   metrics = {
     "final_success": lambda c: c.final_success,
     "final_return": lambda c: c.final_return,
@@ -592,10 +606,46 @@ def summarize_env(
   # (and more than one: with one it is final_success again).
   for d in shared_difficulties(curves):
     metrics[f"final_success_d{d}"] = lambda c, d=d: c.final_by_difficulty[d]
-  per_seed = {
+  return {
     est: {m: {s: f(c) for s, c in runs.items()} for m, f in metrics.items()}
-    for est, runs in by_est.items()
+    for est, runs in _by_estimator(curves).items()
   }
+
+
+def _compare(
+  runs_a: Mapping[int, RunCurve],
+  runs_b: Mapping[int, RunCurve],
+  metrics_a: Mapping[str, Mapping[int, float]],
+  metrics_b: Mapping[str, Mapping[int, float]],
+  what: str,
+) -> dict[str, Any]:
+  """B against A on the seeds both finished: the paired difference of
+  every metric ("vs"), whether each pair shared a machine
+  ("machine_pairs") and the final evaluations task by task ("tasks",
+  None when no pair kept per-task verdicts)."""
+  shared = sorted(set(runs_a) & set(runs_b))
+  pairs = {"same": 0, "different": 0, "unknown": 0}
+  for seed in shared:
+    pairs[machine_pair(runs_b[seed].machines, runs_a[seed].machines)] += 1
+  return {
+    "vs": {
+      m: paired_difference(v, metrics_a[m]).to_dict()
+      for m, v in metrics_b.items()
+    },
+    "machine_pairs": pairs,
+    "tasks": _pooled_or_none(
+      {s: (runs_a[s].final_solved, runs_b[s].final_solved) for s in shared},
+      what,
+    ),
+  }
+
+
+def summarize_env(
+  curves: Sequence[RunCurve], baseline: str, threshold: float
+) -> dict[str, Any]:
+  """Per estimator statistics (and paired differences) for one env."""
+  by_est = _by_estimator(curves)
+  per_seed = _per_seed(curves)
   out = {}
   for est, runs in by_est.items():
     reached = [
@@ -613,26 +663,17 @@ def summarize_env(
       "per_seed": per_seed[est],
     }
     if est != baseline and baseline in per_seed:
-      row["vs_baseline"] = {
-        m: paired_difference(v, per_seed[baseline][m]).to_dict()
-        for m, v in per_seed[est].items()
-      }
-      pairs = {"same": 0, "different": 0, "unknown": 0}
-      for seed in sorted(set(runs) & set(by_est[baseline])):
-        pair = machine_pair(
-          runs[seed].machines, by_est[baseline][seed].machines
-        )
-        pairs[pair] += 1
-      row["machine_pairs"] = pairs
-      tasks = _pooled_or_none(
-        {
-          s: (by_est[baseline][s].final_solved, runs[s].final_solved)
-          for s in sorted(set(runs) & set(by_est[baseline]))
-        },
+      vs = _compare(
+        by_est[baseline],
+        runs,
+        per_seed[baseline],
+        per_seed[est],
         f"{est} against {baseline}",
       )
-      if tasks:
-        row["tasks_vs_baseline"] = tasks
+      row["vs_baseline"] = vs["vs"]
+      row["machine_pairs"] = vs["machine_pairs"]
+      if vs["tasks"]:
+        row["tasks_vs_baseline"] = vs["tasks"]
     tasks = _pooled_or_none(
       {s: (c.sft_solved, c.final_solved) for s, c in runs.items()},
       f"{est} after RL against after SFT",
@@ -640,6 +681,25 @@ def summarize_env(
     if tasks:
       row["rl_vs_sft_tasks"] = tasks
     out[est] = row
+  return out
+
+
+def summarize_pairs(
+  curves: Sequence[RunCurve], pairs: Sequence[tuple[str, str]]
+) -> list[dict[str, Any]]:
+  """Each (A, B) of `pairs` (a sweep's `pairs`) whose arms share finished
+  seeds in this env: B against A as `_compare` has it, with the seeds."""
+  by_est = _by_estimator(curves)
+  per_seed = _per_seed(curves)
+  out = []
+  for a, b in pairs:
+    seeds = sorted(set(by_est.get(a, ())) & set(by_est.get(b, ())))
+    if not seeds:
+      continue
+    vs = _compare(
+      by_est[a], by_est[b], per_seed[a], per_seed[b], f"{b} against {a}"
+    )
+    out.append({"a": a, "b": b, "seeds": seeds, **vs})
   return out
 
 
@@ -672,11 +732,14 @@ def summarize(
   threshold: float,
 ) -> dict[str, Any]:
   """Everything the README and the JSON report hold."""
-  envs = {}
+  envs, pairs = {}, {}
   for env in manifest["envs"]:
     curves = [c for c in grid if c.env == env]
     if curves:
       envs[env] = summarize_env(curves, manifest["baseline"], threshold)
+      compared = summarize_pairs(curves, manifest.get("pairs", ()))
+      if compared:
+        pairs[env] = compared
   seconds = [c.seconds for c in (*grid, *checks) if c.seconds is not None]
   used: dict[str, dict[str, Any]] = {}
   for c in (*grid, *checks):
@@ -699,6 +762,7 @@ def summarize(
       _stat(manifest["sft_seconds"]) if manifest.get("sft_seconds") else None
     ),
     "envs": envs,
+    "pairs": pairs,
     "checks": [
       {
         "name": c.name,
@@ -1099,6 +1163,29 @@ def _env_table(env: str, stats: Mapping[str, Any], baseline: str) -> str:
   return "\n".join(lines)
 
 
+def _pairs_table(env: str, pairs: Sequence[Mapping[str, Any]]) -> str:
+  """The sweep's own pairs in one env: B against A on their shared seeds."""
+  lines = [
+    f"Arm against arm in {env} (the sweep's `pairs`, and `--pairs`):"
+    " B − A on the same seeds, and the final evaluations task by task:",
+    "",
+    "| A → B | seeds | Δ final success | Δ late success | Δ AUC success |"
+    " pairs on one machine / different / unrecorded |"
+    " tasks only A / only B solved (p) |",
+    "|---|---|---|---|---|---|---|",
+  ]
+  for p in pairs:
+    vs, m = p["vs"], p["machine_pairs"]
+    lines.append(
+      f"| {p['a']} → {p['b']} | {len(p['seeds'])} |"
+      f" {_ci(vs['final_success'])} | {_ci(vs['late_success'])} |"
+      f" {_ci(vs['auc_success'])} |"
+      f" {m['same']} / {m['different']} / {m['unknown']} |"
+      f" {_tasks_cell(p['tasks'])} |"
+    )
+  return "\n".join(lines)
+
+
 def _tasks_cell(d: Mapping[str, Any] | None, is_baseline: bool = False) -> str:
   """A pooled task-by-task comparison as "A-only / B-only (p=..., ...)"."""
   if is_baseline:
@@ -1124,21 +1211,22 @@ def _side(d: Mapping[str, Any] | None) -> str | None:
   return "covers"
 
 
-def _late_clause(final: str | None, late: str | None) -> str:
+def _late_clause(final: str | None, late: str | None, ref: str) -> str:
   """How late success reads beside final success: a final difference that
-  the late evaluations do not confirm rests on one evaluation's noise."""
+  the late evaluations do not confirm rests on one evaluation's noise.
+  `ref` names what B is compared with ("the baseline", or arm A)."""
   if late is None or final is None:
     return ""
   if late == final:
-    return " too" if late == "covers" else f", also {late} the baseline"
+    return " too" if late == "covers" else f", also {late} {ref}"
   if late == "covers":
     return (
       ": it covers 0, so the final difference is not confirmed by the"
       " late evaluations"
     )
   if final == "covers":
-    return f": {late} the baseline (95% CI excludes 0), though final is not"
-  return f": {late} the baseline, the opposite of final"
+    return f": {late} {ref} (95% CI excludes 0), though final is not"
+  return f": {late} {ref}, the opposite of final"
 
 
 def _no_width(d: Mapping[str, Any]) -> str:
@@ -1150,53 +1238,83 @@ def _no_width(d: Mapping[str, Any]) -> str:
   return " (every seed's difference is the same, so the interval has no width)"
 
 
+def _finding(
+  env: str,
+  a: str,
+  b: str,
+  vs: Mapping[str, Any],
+  machine_pairs: Mapping[str, int] | None,
+  tasks: Mapping[str, Any] | None,
+  ref: str,
+) -> str:
+  """One statement of B against A (paired over seeds): final success and
+  where its interval lies, whether late success agrees, the tasks only
+  one of them solved, and how many pairs crossed machines. `ref` is how
+  the sentence names A ("the baseline", or the arm)."""
+  verdicts = {
+    None: "too few paired seeds for an interval",
+    "above": f"above {ref} (95% CI excludes 0)",
+    "below": f"below {ref} (95% CI excludes 0)",
+    "covers": f"not distinguishable from {ref} (95% CI covers 0)",
+  }
+  d = vs["final_success"]
+  final = _side(d)
+  late = vs.get("late_success")
+  pairs = machine_pairs or {}
+  caveat = (
+    f" ({pairs['different']} of {d['n']} pairs ran on different machines)"
+    if pairs.get("different")
+    else ""
+  )
+  late_text = (
+    f"; late success (second half of RL) {_ci(late)}"
+    f"{_late_clause(final, _side(late), ref)}{_no_width(late)}"
+    if late
+    else ""
+  )
+  tasks_text = (
+    f"; task by task over {_possessive(len(tasks['seeds']), 'seed')} final"
+    f" evaluations, {_count(tasks['only_a'], 'task')} only {a} solved"
+    f" and {tasks['only_b']} only {b}"
+    f" (McNemar p={tasks['p_value']:.2g})"
+    if tasks
+    else ""
+  )
+  return (
+    f"{env}: {b} − {a} final success = {_ci(d)} over "
+    f"{_count(d['n'], 'paired seed')}: {verdicts[final]}{_no_width(d)}"
+    f"{late_text}{tasks_text}{caveat}."
+  )
+
+
 def findings(summary: Mapping[str, Any]) -> list[str]:
-  """Plain statements the numbers support (paired CIs against baseline).
+  """Plain statements the numbers support: every arm paired against the
+  baseline, then the sweep's own pairs (`summary["pairs"]`).
 
   Final success is one evaluation per run; each statement says whether the
   late evaluations (second half of RL) agree with it."""
-  verdicts = {
-    None: "too few paired seeds for an interval",
-    "above": "above the baseline (95% CI excludes 0)",
-    "below": "below the baseline (95% CI excludes 0)",
-    "covers": "not distinguishable from the baseline (95% CI covers 0)",
-  }
   out = []
   base = summary["baseline"]
   for env, stats in summary["envs"].items():
     for est, row in stats.items():
-      vs = row.get("vs_baseline")
-      if not vs:
-        continue
-      d = vs["final_success"]
-      final = _side(d)
-      late = vs.get("late_success")
-      pairs = row.get("machine_pairs") or {}
-      caveat = (
-        f" ({pairs['different']} of {d['n']} pairs ran on different machines)"
-        if pairs.get("different")
-        else ""
-      )
-      late_text = (
-        f"; late success (second half of RL) {_ci(late)}"
-        f"{_late_clause(final, _side(late))}{_no_width(late)}"
-        if late
-        else ""
-      )
-      tasks = row.get("tasks_vs_baseline")
-      tasks_text = (
-        f"; task by task over {_possessive(len(tasks['seeds']), 'seed')} final"
-        f" evaluations, {_count(tasks['only_a'], 'task')} only {base} solved"
-        f" and {tasks['only_b']} only {est}"
-        f" (McNemar p={tasks['p_value']:.2g})"
-        if tasks
-        else ""
-      )
+      if row.get("vs_baseline"):
+        out.append(
+          _finding(
+            env,
+            base,
+            est,
+            row["vs_baseline"],
+            row.get("machine_pairs"),
+            row.get("tasks_vs_baseline"),
+            "the baseline",
+          )
+        )
+  for env, pairs in summary.get("pairs", {}).items():
+    for p in pairs:
       out.append(
-        f"{env}: {est} − {base} final success = {_ci(d)} over "
-        f"{_count(d['n'], 'paired seed')}: {verdicts[final]}{_no_width(d)}"
-        f"{late_text}"
-        f"{tasks_text}{caveat}."
+        _finding(
+          env, p["a"], p["b"], p["vs"], p["machine_pairs"], p["tasks"], p["a"]
+        )
       )
   return out
 
@@ -1353,6 +1471,8 @@ def render_readme(
   parts.append("## Results\n")
   for env, stats in summary["envs"].items():
     parts.append(_env_table(env, stats, summary["baseline"]) + "\n")
+    if summary.get("pairs", {}).get(env):
+      parts.append(_pairs_table(env, summary["pairs"][env]) + "\n")
     if env in plots:
       parts.append(f"![{env} learning curves]({plots[env]})\n")
       parts.append(
@@ -1397,11 +1517,13 @@ def write_report(
   threshold: float = 0.5,
   notes: str = "",
   baseline: str | None = None,
+  pairs: Sequence[str] = (),
 ) -> dict[str, Any]:
   """Reads the sweep under `root`; writes README.md, results.json, PNGs.
 
   `baseline` overrides the sweep's own (`sweep.baseline`): the estimator
   every other one is paired against, e.g. to compare two treatments.
+  `pairs` ("A:B" entries) are compared besides the sweep's own `pairs`.
   """
   manifest, grid, checks, missing = load_sweep(root)
   if not grid:
@@ -1415,6 +1537,10 @@ def write_report(
       )
     manifest = {**manifest, "baseline": baseline}
     flags.append(f"--baseline={baseline}")
+  if pairs:
+    extra = [p for p in _pairs(manifest, pairs) if p not in manifest["pairs"]]
+    manifest = {**manifest, "pairs": [*manifest["pairs"], *extra]}
+    flags.append(f"--pairs={','.join(pairs)}")
   summary = summarize(manifest, grid, checks, missing, threshold)
   summary["report_flags"] = "".join(" " + f for f in flags)
   outdir = pathlib.Path(out)

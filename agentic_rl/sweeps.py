@@ -9,6 +9,10 @@ An ablation config (`configs/ablations/*.py`) returns its base config plus
   seeds       config.seed values; a seed is one paired replicate
   smoke       appends `smoke` to every run's config arg
   baseline    the estimator the report compares every other one against
+  pairs       (optional) "A:B" entries naming two swept estimators (arms):
+              the report also pairs B against A on the same seeds (e.g.
+              a treatment against its equal-compute control), besides
+              every arm against the baseline
   overrides   nested config fields -> values, applied to every grid run
               ({"rl": {"steps": 5}} is `--config.rl.steps=5`)
   checks      extra runs that are not part of the comparison (e.g. the
@@ -204,7 +208,28 @@ def _check_sweep(sweep: Any) -> None:
   baseline = sweep.get("baseline")
   if baseline is not None and baseline not in sweep["estimators"]:
     raise SweepSpecError(f"sweep.baseline {baseline!r} is not swept")
+  parse_pairs(sweep.get("pairs") or (), sweep["estimators"], SweepSpecError)
   _arms(sweep)
+
+
+def parse_pairs(
+  entries: Sequence[str],
+  estimators: Sequence[str],
+  error: type[Exception] = SweepSpecError,
+) -> list[tuple[str, str]]:
+  """ "A:B" entries as (A, B): two different swept estimators, each pair
+  once; `error` (the caller's exception type) names a bad entry."""
+  pairs = []
+  for entry in entries:
+    a, sep, b = str(entry).partition(":")
+    if not isinstance(entry, str) or not sep or not a or not b or ":" in b:
+      raise error(f"pair {entry!r}: expected 'A:B' (two estimator names)")
+    unknown = [e for e in (a, b) if e not in estimators]
+    if unknown or a == b or (a, b) in pairs:
+      why = f"{unknown} not swept" if unknown else "a duplicate or A = B"
+      raise error(f"pair {entry!r}: {why} (estimators: {list(estimators)})")
+    pairs.append((a, b))
+  return pairs
 
 
 def _arms(sweep: Any) -> dict[str, tuple[str, dict[str, Any]]]:
@@ -520,6 +545,7 @@ def write_manifest(
     "estimators": list(sweep["estimators"]),
     "seeds": [int(s) for s in sweep["seeds"]],
     "baseline": sweep.get("baseline") or sweep["estimators"][0],
+    "pairs": list(sweep.get("pairs") or ()),
     "smoke": bool(sweep.get("smoke", False)),
     "runs": [r.to_dict() for r in runs],
   }

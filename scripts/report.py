@@ -5,8 +5,10 @@
 Reads `<root>/sweep.json` (written by scripts/sweep.py) and every finished
 run's summary.json, config.json and logs/metrics.jsonl; unfinished runs are
 listed, not guessed. `--baseline=EST` pairs every estimator against EST
-instead of the sweep's baseline. `--notes=FILE` appends a hand-written
-Markdown section (e.g. how to scale the sweep) to the generated README.
+instead of the sweep's baseline; `--pairs=A:B,C:D` pairs arm B against
+arm A (and D against C) besides the sweep's own `pairs`. `--notes=FILE`
+appends a hand-written Markdown section (e.g. how to scale the sweep) to
+the generated README.
 """
 
 import pathlib
@@ -31,6 +33,9 @@ _BASELINE = flags.DEFINE_string(
   None,
   "Estimator to pair the others against (default: the sweep's baseline).",
 )
+_PAIRS = flags.DEFINE_list(
+  "pairs", [], "A:B entries: arm B paired against arm A, same seeds."
+)
 flags.mark_flags_as_required(["root", "out"])
 
 
@@ -43,6 +48,7 @@ def main(argv: list[str]) -> None:
     threshold=_THRESHOLD.value,
     notes=notes,
     baseline=_BASELINE.value,
+    pairs=_PAIRS.value,
   )
   for line in report.findings(summary):
     print(line)

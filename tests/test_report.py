@@ -437,6 +437,49 @@ def test_write_report_with_another_baseline(sweep_root, tmp_path):
     report.write_report(str(sweep_root), str(tmp_path / "c"), baseline="ppo")
 
 
+def test_sweep_pairs_are_reported_arm_against_arm(sweep_root, tmp_path):
+  manifest = json.loads((sweep_root / "sweep.json").read_text())
+  # rloo has no finished run: its pair is left out, not an empty row.
+  manifest["pairs"] = ["gigpo:grpo", "grpo:rloo"]
+  (sweep_root / "sweep.json").write_text(json.dumps(manifest))
+  s = report.write_report(str(sweep_root), str(tmp_path / "a"))
+  (pair,) = s["pairs"]["lake"]
+  forward = s["envs"]["lake"]["gigpo"]["vs_baseline"]
+  assert (pair["a"], pair["b"], pair["seeds"]) == ("gigpo", "grpo", [0, 1, 2])
+  # grpo − gigpo: the baseline comparison negated, metric by metric.
+  for m in ("final_success", "late_success", "auc_success"):
+    assert pair["vs"][m]["mean"] == pytest.approx(-forward[m]["mean"])
+    assert pair["vs"][m]["lo"] == pytest.approx(-forward[m]["hi"])
+  assert pair["vs"]["final_success"]["mean"] == pytest.approx(-1 / 6)
+  assert pair["machine_pairs"] == {"same": 1, "different": 1, "unknown": 1}
+  # Task by task with the sides swapped: 5 only gigpo, 1 only grpo.
+  t = pair["tasks"]
+  assert (t["seeds"], t["only_a"], t["only_b"]) == ([1, 2], 5, 1)
+  readme = (tmp_path / "a" / "README.md").read_text()
+  assert "| gigpo → grpo | 3 | -0.167 [" in readme
+  assert "| 1 / 1 / 1 | 5 / 1 (p=0.22; 2 seeds, 20 tasks) |" in readme
+  baseline_line, pair_line = report.findings(s)
+  assert baseline_line.startswith("lake: gigpo − grpo final success = 0.167")
+  assert pair_line.startswith("lake: grpo − gigpo final success = -0.167")
+  assert "not distinguishable from gigpo (95% CI covers 0)" in pair_line
+  assert "5 tasks only gigpo solved and 1 only grpo" in pair_line
+  # The same pair asked for on the command line instead of in the sweep.
+  manifest["pairs"] = []
+  (sweep_root / "sweep.json").write_text(json.dumps(manifest))
+  asked = report.write_report(
+    str(sweep_root), str(tmp_path / "b"), pairs=["gigpo:grpo"]
+  )
+  assert asked["pairs"]["lake"] == s["pairs"]["lake"]
+  assert "--pairs=gigpo:grpo" in (tmp_path / "b" / "README.md").read_text()
+  for bad, says in (
+    ("gigpo", "expected 'A:B'"),
+    ("gigpo:ppo", r"\['ppo'\] not swept"),
+    ("grpo:grpo", "A = B"),
+  ):
+    with pytest.raises(report.ReportError, match=says):
+      report.write_report(str(sweep_root), str(tmp_path / "c"), pairs=[bad])
+
+
 def _curve(seed, steps, success):
   return report.RunCurve(
     name=f"e/x/seed{seed}",

@@ -932,6 +932,10 @@ def test_adopt_stages_refuses_another_recipe(tmp_path, field, change):
 def test_dynamic_sampling_sweep_differs_only_in_the_dynamic_switch():
   runs = _runs_by_name("configs/ablations/sokoban_dynamic.py")
   assert len(runs) == 3 + 3 * 9
+  # every arm is in some pair, the baseline's pairs are the report's own
+  sweep = sweeps.load_config("configs/ablations/sokoban_dynamic.py").sweep
+  pairs = sweeps.parse_pairs(sweep.pairs, sweep.estimators)
+  assert {e for p in pairs for e in p} == set(sweep.estimators) - {"gigpo"}
   for seed in (0, 1, 2):
     for estimator in ("gigpo", "grpo"):
       plain, dynamic, wide = (
@@ -967,3 +971,42 @@ def test_dynamic_sampling_sweep_differs_only_in_the_dynamic_switch():
   # scaled from the smoke config's rl section (2 tasks, minibatches of 2)
   wide = dict(smoke["sokoban/grpo_wide/seed0"].overrides)
   assert (wide["rl.tasks_per_step"], wide["rl.minibatch_size"]) == ("6", "6")
+
+
+def test_sweep_pairs_are_checked_and_kept_in_the_manifest(tmp_path):
+  estimators = ("grpo", "grpo_wide", "gigpo")
+  assert sweeps.parse_pairs(
+    ["grpo:grpo_wide", "grpo_wide:grpo"], estimators
+  ) == [
+    ("grpo", "grpo_wide"),
+    ("grpo_wide", "grpo"),
+  ]
+  for bad, says in (
+    ("grpo", "expected 'A:B'"),
+    ("grpo:", "expected 'A:B'"),
+    ("a:b:c", "expected 'A:B'"),
+    ("grpo:ppo", r"\['ppo'\] not swept"),
+    ("gigpo:gigpo", "A = B"),
+  ):
+    with pytest.raises(sweeps.SweepSpecError, match=says):
+      sweeps.parse_pairs([bad], estimators)
+  with pytest.raises(sweeps.SweepSpecError, match="a duplicate"):
+    sweeps.parse_pairs(["grpo:gigpo", "grpo:gigpo"], estimators)
+  sweep = ml_collections.ConfigDict(
+    {
+      "name": "tiny",
+      "envs": {"sokoban": "configs/sokoban.py"},
+      "estimators": estimators,
+      "seeds": (0,),
+      "pairs": ("grpo:grpo_wide",),
+      "arms": {
+        "grpo_wide": {"variant": "grpo", "overrides": {"rl": {"steps": 2}}}
+      },
+    }
+  )
+  runs = sweeps.expand(sweep)
+  path = sweeps.write_manifest(tmp_path, sweep, runs)
+  assert json.loads(path.read_text())["pairs"] == ["grpo:grpo_wide"]
+  sweep.pairs = ("grpo:ppo",)
+  with pytest.raises(sweeps.SweepSpecError, match="not swept"):
+    sweeps.expand(sweep)

@@ -34,7 +34,8 @@ random. Arms:
 
 Each dynamic arm differs from its plain one in the `dynamic` switch
 only, each wide arm in the two `rl` fields only (compare any two with
-`scripts/compare_conditions.py`); the report pairs every arm with gigpo.
+`scripts/compare_conditions.py`); the report pairs every arm with gigpo,
+and the `PAIRS` below arm against arm.
 The grid is the credit-assignment sweep's Sokoban arm (size, shared SFT
 stages, task order, rollout keys: 30 RL steps of 8 tasks x 8 rollouts,
 final success on 128 held-out levels). `arg`: as
@@ -52,6 +53,20 @@ from configs.ablations import credit_assignment
 ARM_SUFFIXES = ("", "_dynamic", "_wide", "_random")
 EXTRA_ARMS = ("gigpo_return",)  # GiGPO only: GRPO's advantages are outcomes
 WIDE = 3  # a dynamic arm plays at most 3 rounds of tasks a step
+# What the report pairs besides every arm against gigpo: each treatment
+# against its controls within an estimator, then GiGPO against GRPO.
+PAIRS = (
+  "grpo:grpo_dynamic",
+  "grpo:grpo_wide",
+  "grpo:grpo_random",
+  "grpo_wide:grpo_dynamic",
+  "grpo_random:grpo_dynamic",
+  "gigpo_wide:gigpo_dynamic",
+  "gigpo_random:gigpo_dynamic",
+  "gigpo_dynamic:gigpo_return",
+  "grpo_dynamic:gigpo_dynamic",
+  "grpo_wide:gigpo_wide",
+)
 
 
 def arms(rl: ml_collections.ConfigDict) -> dict:
@@ -90,5 +105,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     smoke,
   )
   c.sweep.baseline = "gigpo"
+  c.sweep.pairs = PAIRS
   c.sweep.arms = arms(c.rl)
   return c
