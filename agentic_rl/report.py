@@ -20,6 +20,8 @@ For every environment and estimator this computes, over seeds,
   of training (RL step >= half the last one), less at the mercy of one
   evaluation than the final one (a run's last evaluation moves by several
   points with float noise alone);
+  wall seconds per run of each estimator (the sweep runner's timing), its
+  cost beside its effect;
   per paired seed, whether the two runs ran on the same machine
   (`agentic_rl.machine`): on different CPUs the same seed is not the same
   run, so those pairs carry cross-machine noise besides the arm's effect;
@@ -662,6 +664,9 @@ def summarize_env(
       },
       "per_seed": per_seed[est],
     }
+    seconds = [c.seconds for c in runs.values() if c.seconds is not None]
+    if seconds:  # the sweep runner's wall time: an arm's cost
+      row["seconds_per_run"] = _stat(seconds)
     if est != baseline and baseline in per_seed:
       vs = _compare(
         by_est[baseline],
@@ -1075,12 +1080,13 @@ def _env_table(env: str, stats: Mapping[str, Any], baseline: str) -> str:
     " whether each pair's two runs shared a machine:",
     "",
     f"| estimator | late success | Δ late vs {baseline} |"
-    " pairs on one machine / different / unrecorded |",
-    "|---|---|---|---|",
+    " pairs on one machine / different / unrecorded | wall s per run |",
+    "|---|---|---|---|---|",
   ]
   for est, row in stats.items():
     vs = row.get("vs_baseline")
     pairs = row.get("machine_pairs")
+    seconds = row.get("seconds_per_run")
     lines.append(
       f"| {est} | {_ci(row['late_success'])} |"
       f" {_ci(vs['late_success']) if vs else 'baseline'} |"
@@ -1089,6 +1095,7 @@ def _env_table(env: str, stats: Mapping[str, Any], baseline: str) -> str:
         if pairs
         else " baseline |"
       )
+      + (f" {_seconds(seconds)} |" if seconds else " not measured |")
     )
   if any(
     "rl_vs_sft_tasks" in row or "tasks_vs_baseline" in row
@@ -1184,6 +1191,13 @@ def _pairs_table(env: str, pairs: Sequence[Mapping[str, Any]]) -> str:
       f" {_tasks_cell(p['tasks'])} |"
     )
   return "\n".join(lines)
+
+
+def _seconds(stat: Mapping[str, Any]) -> str:
+  """Wall seconds as "mean [lo, hi]" to the second."""
+  if stat["lo"] is None:
+    return f"{stat['mean']:.0f} (n={stat['n']})"
+  return f"{stat['mean']:.0f} [{stat['lo']:.0f}, {stat['hi']:.0f}]"
 
 
 def _tasks_cell(d: Mapping[str, Any] | None, is_baseline: bool = False) -> str:

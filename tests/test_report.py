@@ -395,8 +395,21 @@ def test_summary_statistics_by_hand(sweep_root):
 
 def test_write_report_files(sweep_root, tmp_path):
   out = tmp_path / "out"
+  for seed, seconds in enumerate((10.0, 13.0, 16.0)):  # gigpo's wall times
+    timing = sweep_root / f"lake/gigpo/seed{seed}/sweep_timing.json"
+    timing.write_text(json.dumps({"seconds": seconds}))
   summary = report.write_report(str(sweep_root), str(out), threshold=0.5)
   readme = (out / "README.md").read_text()
+  # Each arm's cost: 13 +- t * 3 / sqrt(3) s; grpo's three runs 10 s each.
+  cost = summary["envs"]["lake"]["gigpo"]["seconds_per_run"]
+  half = T_975_2 * 3.0 / math.sqrt(3)
+  assert (cost["mean"], cost["lo"]) == pytest.approx((13.0, 13.0 - half))
+  assert "| 1 / 1 / 1 | 13 [6, 20] |" in readme
+  # grpo's late success 0.3, 0.5, 0.35: s = 0.104, half-width 0.259.
+  assert (
+    "| grpo | 0.383 [0.125, 0.642] | baseline | baseline | 10 [10, 10] |"
+    in readme
+  )
   assert "Smoke-size sweep, not the experiment" in readme
   assert "| gigpo | 3 | 0.667 [" in readme
   assert "| gigpo | 0.300 [" in readme  # training gain 0.2, 0.3, 0.4

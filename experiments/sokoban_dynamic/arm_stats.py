@@ -2,14 +2,16 @@
 
   python experiments/sokoban_dynamic/arm_stats.py \
       experiments/sokoban_dynamic/runs \
-      [--json experiments/sokoban_dynamic/arm_stats.json]
+      [--seeds=0,1,2,3] [--json experiments/sokoban_dynamic/arm_stats.json]
 
 For every arm of `<root>/sokoban/<arm>/seed<k>`: the seeds finished, and
 over their RL steps (a run's steps averaged, then the runs): episodes
 played a step, the fraction of played groups with mixed success, the
 update's mean |advantage|, KL to the SFT policy, gradient norm, dynamic
 sampling's rounds a step, and the run's wall time (`sweep_timing.json`).
-The held-out numbers are the sweep report's.
+`--seeds` keeps those seeds only (arms run on different seed counts are
+then averaged over the same ones). The held-out numbers are the sweep
+report's.
 """
 
 import argparse
@@ -46,12 +48,18 @@ def run_means(run: pathlib.Path) -> dict[str, float]:
   return out
 
 
-def arm_stats(root: pathlib.Path, env: str = "sokoban") -> dict[str, dict]:
-  """Arm -> {"seeds": [...], metric: mean over the seeds' run means}."""
+def arm_stats(
+  root: pathlib.Path, env: str = "sokoban", seeds: set[int] | None = None
+) -> dict[str, dict]:
+  """Arm -> {"seeds": [...], metric: mean over the seeds' run means}, over
+  the finished runs of `seeds` (all when None)."""
   stats = {}
   for arm_dir in sorted((root / env).iterdir()):
     runs = sorted(
-      d for d in arm_dir.glob("seed*") if (d / "summary.json").is_file()
+      d
+      for d in arm_dir.glob("seed*")
+      if (d / "summary.json").is_file()
+      and (seeds is None or int(d.name[4:]) in seeds)
     )
     if arm_dir.name == "sft" or not runs:
       continue
@@ -80,8 +88,10 @@ def main() -> None:
   parser = argparse.ArgumentParser()
   parser.add_argument("root", type=pathlib.Path)
   parser.add_argument("--json", type=pathlib.Path)
+  parser.add_argument("--seeds", help="comma-separated seeds (default all)")
   args = parser.parse_args()
-  stats = arm_stats(args.root)
+  seeds = {int(s) for s in args.seeds.split(",")} if args.seeds else None
+  stats = arm_stats(args.root, seeds=seeds)
   print(table(stats))
   if args.json:
     args.json.write_text(json.dumps(stats, indent=2) + "\n")
