@@ -933,51 +933,64 @@ def plot_difficulty_curves(
 
 
 def plot_paired_differences(
-  env: str, curves: Sequence[RunCurve], baseline: str, path: str | os.PathLike
+  env: str,
+  curves: Sequence[RunCurve],
+  baseline: str,
+  path: str | os.PathLike,
+  pairs: Sequence[tuple[str, str]] | None = None,
 ) -> None:
-  """Held-out success minus the baseline's on the same seed, vs RL step.
+  """Held-out success minus the baseline's on the same seed, vs RL step
+  (with `pairs`: B's minus A's for each (A, B) instead).
 
-  One line per estimator: the mean over the seeds both ran (thin lines:
-  each seed, dashed where the pair ran on different machines). With seeds
-  far apart (different SFT policies) this is the readable view; the
-  absolute curves mostly show the seeds.
+  One line per estimator (or pair): the mean over the seeds both ran
+  (thin lines: each seed, dashed where the pair ran on different
+  machines). With seeds far apart (different SFT policies) this is the
+  readable view; the absolute curves mostly show the seeds.
   """
   import matplotlib
 
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  base = {c.seed: c for c in curves if c.estimator == baseline}
+  by_est = _by_estimator(curves)
+  vs_baseline = pairs is None
+  if vs_baseline:
+    pairs = [(baseline, e) for e in sorted(set(by_est) - {baseline})]
+    title = f"{env}: success minus {baseline} on the same seed"
+    ylabel = f"Δ held-out success vs {baseline}"
+  else:
+    title = f"{env}: success of B minus A on the same seed"
+    ylabel = "Δ held-out success, B − A"
   fig, ax = plt.subplots(figsize=(7, 4))
   ax.axhline(0.0, color="0.5", lw=1, ls="--")
-  names = sorted({c.estimator for c in curves} - {baseline})
-  for i, est in enumerate(names):
-    pairs = [
-      (c, base[c.seed]) for c in curves if c.estimator == est and c.seed in base
-    ]
-    if not pairs:
+  for i, (a, b) in enumerate(pairs):
+    runs_a, runs_b = by_est.get(a, {}), by_est.get(b, {})
+    seeds = sorted(set(runs_a) & set(runs_b))
+    if not seeds:
       continue
-    # One grid for every seed of this estimator, so the mean lines up.
-    x = np.unique(np.concatenate([np.r_[c.steps, b.steps] for c, b in pairs]))
+    both = [(runs_b[s], runs_a[s]) for s in seeds]
+    # One grid for every seed of this pair, so the mean lines up.
+    x = np.unique(np.concatenate([np.r_[c.steps, r.steps] for c, r in both]))
     diffs = [
-      np.interp(x, c.steps, c.success) - np.interp(x, b.steps, b.success)
-      for c, b in pairs
+      np.interp(x, c.steps, c.success) - np.interp(x, r.steps, r.success)
+      for c, r in both
     ]
-    for d, (c, b) in zip(diffs, pairs, strict=True):
-      mixed = machine_pair(c.machines, b.machines) == "different"
+    for d, (c, r) in zip(diffs, both, strict=True):
+      mixed = machine_pair(c.machines, r.machines) == "different"
       ax.plot(
         x, d, color=f"C{i}", lw=0.6, alpha=0.35, ls="--" if mixed else "-"
       )
+    label = b if vs_baseline else f"{a} → {b}"
     ax.plot(
       x,
       np.mean(diffs, axis=0),
       color=f"C{i}",
       marker="o",
-      label=f"{est} (n={len(diffs)})",
+      label=f"{label} (n={len(diffs)})",
     )
-  ax.set_title(f"{env}: success minus {baseline} on the same seed")
+  ax.set_title(title)
   ax.set_xlabel("RL step (0 = after SFT)")
-  ax.set_ylabel(f"Δ held-out success vs {baseline}")
+  ax.set_ylabel(ylabel)
   ax.grid(alpha=0.3)
   ax.legend(fontsize=8, ncol=2)
   fig.tight_layout()
@@ -1487,6 +1500,8 @@ def render_readme(
     parts.append(_env_table(env, stats, summary["baseline"]) + "\n")
     if summary.get("pairs", {}).get(env):
       parts.append(_pairs_table(env, summary["pairs"][env]) + "\n")
+      if env in plots:
+        parts.append(f"![{env} arm against arm](pairs_{env}.png)\n")
     if env in plots:
       parts.append(f"![{env} learning curves]({plots[env]})\n")
       parts.append(
@@ -1566,6 +1581,14 @@ def write_report(
     plots[env] = f"curves_{env}.png"
     plot_learning_curves(env, curves, outdir / plots[env], baseline=base)
     plot_paired_differences(env, curves, base, outdir / f"paired_{env}.png")
+    if summary["pairs"].get(env):
+      plot_paired_differences(
+        env,
+        curves,
+        base,
+        outdir / f"pairs_{env}.png",
+        pairs=[(p["a"], p["b"]) for p in summary["pairs"][env]],
+      )
     if shared_difficulties(curves):
       plot_difficulty_curves(
         env, curves, outdir / f"difficulty_{env}.png", baseline=base

@@ -219,6 +219,8 @@ def parse_pairs(
 ) -> list[tuple[str, str]]:
   """ "A:B" entries as (A, B): two different swept estimators, each pair
   once; `error` (the caller's exception type) names a bad entry."""
+  if isinstance(entries, str):
+    raise error(f"pairs {entries!r}: expected a list of 'A:B' entries")
   pairs = []
   for entry in entries:
     a, sep, b = str(entry).partition(":")

@@ -469,6 +469,8 @@ def test_sweep_pairs_are_reported_arm_against_arm(sweep_root, tmp_path):
   t = pair["tasks"]
   assert (t["seeds"], t["only_a"], t["only_b"]) == ([1, 2], 5, 1)
   readme = (tmp_path / "a" / "README.md").read_text()
+  assert (tmp_path / "a" / "pairs_lake.png").stat().st_size > 1000
+  assert "](pairs_lake.png)" in readme
   assert "| gigpo → grpo | 3 | -0.167 [" in readme
   assert "| 1 / 1 / 1 | 5 / 1 (p=0.22; 2 seeds, 20 tasks) |" in readme
   baseline_line, pair_line = report.findings(s)

@@ -990,6 +990,8 @@ def test_sweep_pairs_are_checked_and_kept_in_the_manifest(tmp_path):
   ):
     with pytest.raises(sweeps.SweepSpecError, match=says):
       sweeps.parse_pairs([bad], estimators)
+  with pytest.raises(sweeps.SweepSpecError, match="a list of 'A:B'"):
+    sweeps.parse_pairs("grpo:gigpo", estimators)  # a string, not a list
   with pytest.raises(sweeps.SweepSpecError, match="a duplicate"):
     sweeps.parse_pairs(["grpo:gigpo", "grpo:gigpo"], estimators)
   sweep = ml_collections.ConfigDict(
