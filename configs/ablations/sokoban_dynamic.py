@@ -34,14 +34,14 @@ random. Arms:
 
 Each dynamic arm differs from its plain one in the `dynamic` switch
 only, each wide arm in the two `rl` fields only (compare any two with
-`scripts/compare_conditions.py`); the report pairs every arm with gigpo,
-and the `PAIRS` below arm against arm.
+`scripts/compare_conditions.py`); the report pairs every arm with gigpo
+and compares the `PAIRS` below arm against arm.
 The grid is the credit-assignment sweep's Sokoban arm (size, shared SFT
 stages, task order, rollout keys: 30 RL steps of 8 tasks x 8 rollouts,
 final success on 128 held-out levels). `arg`: as
 `sokoban_reward_input` ('', 'smoke' or 'seeds=N').
 
-Measured (4 seeds): experiments/sokoban_dynamic/; on code repair:
+Measured (6 seeds): experiments/sokoban_dynamic/; on code repair:
 experiments/code_repair_sft/ (tenth part).
 """
 
