@@ -690,12 +690,16 @@ def summarize_env(
 
 
 def summarize_pairs(
-  curves: Sequence[RunCurve], pairs: Sequence[tuple[str, str]]
+  curves: Sequence[RunCurve],
+  stats: Mapping[str, Any],
+  pairs: Sequence[tuple[str, str]],
 ) -> list[dict[str, Any]]:
   """Each (A, B) of `pairs` (a sweep's `pairs`) whose arms share finished
-  seeds in this env: B against A as `_compare` has it, with the seeds."""
+  seeds in this env: B against A as `_compare` has it, with the seeds.
+  `stats` is `summarize_env`'s for the same curves (its per-seed values
+  are compared, not computed again)."""
   by_est = _by_estimator(curves)
-  per_seed = _per_seed(curves)
+  per_seed = {est: row["per_seed"] for est, row in stats.items()}
   out = []
   for a, b in pairs:
     seeds = sorted(set(by_est.get(a, ())) & set(by_est.get(b, ())))
@@ -742,7 +746,7 @@ def summarize(
     curves = [c for c in grid if c.env == env]
     if curves:
       envs[env] = summarize_env(curves, manifest["baseline"], threshold)
-      compared = summarize_pairs(curves, manifest.get("pairs", ()))
+      compared = summarize_pairs(curves, envs[env], manifest["pairs"])
       if compared:
         pairs[env] = compared
   seconds = [c.seconds for c in (*grid, *checks) if c.seconds is not None]
