@@ -608,28 +608,70 @@ def launch(
   with open(log, "a") as f:
     f.write(f"$ {shell_command(run, root, python=python)}\n")
     f.flush()
-    proc = subprocess.run(
-      command(run, root, python=python, module=module),
-      cwd=REPO_ROOT,
-      env=env,
-      stdout=f,
-      stderr=subprocess.STDOUT,
+    returncode, rss_mib = _wait_with_peak_memory(
+      subprocess.Popen(
+        command(run, root, python=python, module=module),
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=f,
+        stderr=subprocess.STDOUT,
+      )
     )
   seconds = time.perf_counter() - start
-  ok = proc.returncode == 0 and is_finished(root, run)
-  # Wall time of this launch (a resumed run adds its launches up).
+  ok = returncode == 0 and is_finished(root, run)
+  # Wall time of this launch (a resumed run adds its launches up) and the
+  # largest resident memory of any launch.
   timing = wd / TIMING
   previous = (
-    json.loads(timing.read_text())["seconds"]
-    if timing.is_file() and not rerun
-    else 0
+    json.loads(timing.read_text()) if timing.is_file() and not rerun else {}
   )
   timing.write_text(
-    json.dumps({"seconds": previous + seconds, "returncode": proc.returncode})
+    json.dumps(
+      {
+        "seconds": previous.get("seconds", 0) + seconds,
+        "returncode": returncode,
+        "peak_rss_mib": max(rss_mib, previous.get("peak_rss_mib") or 0),
+      }
+    )
   )
   return RunResult(
-    run.name, "ok" if ok else "failed", seconds, proc.returncode, str(log)
+    run.name, "ok" if ok else "failed", seconds, returncode, str(log)
   )
+
+
+def _wait_with_peak_memory(proc: subprocess.Popen) -> tuple[int, float]:
+  """Waits for `proc`: (its return code, its peak resident memory in MiB).
+
+  The peak is the kernel's high-water mark of the run's own process
+  (`VmHWM`), read every `_MEMORY_POLL_S` while it runs: a peak in its last
+  moments can be missed, and its child processes are not counted. Not
+  `wait4`'s `ru_maxrss`: that includes the launching process's memory,
+  which a spawned child starts from. 0 where /proc is absent.
+  """
+  peak = 0.0
+  while True:
+    try:
+      return proc.wait(timeout=_MEMORY_POLL_S), peak
+    except subprocess.TimeoutExpired:
+      peak = max(peak, _high_water_mib(proc.pid))
+    except BaseException:
+      proc.kill()
+      proc.wait()
+      raise
+
+
+_MEMORY_POLL_S = 0.25
+
+
+def _high_water_mib(pid: int) -> float:
+  try:
+    status = pathlib.Path(f"/proc/{pid}/status").read_text()
+  except OSError:  # gone, or no /proc
+    return 0.0
+  for line in status.splitlines():
+    if line.startswith("VmHWM:"):
+      return int(line.split()[1]) / 1024  # kB
+  return 0.0
 
 
 def run_sweep(

@@ -40,6 +40,8 @@ FAKE_MAIN = textwrap.dedent(
       time.sleep(0.05)
   (wd / "ckpt").write_text("1")
   if (wd / "crash_once").exists() and not resumed:
+    held = b"x" * (256 << 20)  # the crashing launch peaks at 256 MiB
+    time.sleep(1.0)  # while the sweep reads it
     sys.exit(3)
   (wd / "checkpoints" / "1").mkdir(parents=True, exist_ok=True)
   (wd / "summary.json").write_text(json.dumps({"resumed": resumed}))
@@ -484,6 +486,12 @@ def test_fake_sweep_skips_finished_and_resumes_interrupted(
     (sweeps.workdir(root, crashing) / "sweep_timing.json").read_text()
   )
   assert timing["returncode"] == 0 and timing["seconds"] > 0
+  # Peak resident memory, the largest of its launches (the crashed one).
+  assert timing["peak_rss_mib"] >= 256
+  other = json.loads(
+    (sweeps.workdir(root, runs[0]) / "sweep_timing.json").read_text()
+  )
+  assert other["peak_rss_mib"] < 128
   manifest = json.loads((root / "sweep.json").read_text())
   assert [r["name"] for r in manifest["runs"]] == [r.name for r in runs]
   assert manifest["baseline"] == "grpo"
@@ -971,6 +979,37 @@ def test_dynamic_sampling_sweep_differs_only_in_the_dynamic_switch():
   # scaled from the smoke config's rl section (2 tasks, minibatches of 2)
   wide = dict(smoke["sokoban/grpo_wide/seed0"].overrides)
   assert (wide["rl.tasks_per_step"], wide["rl.minibatch_size"]) == ("6", "6")
+
+
+def test_width_sweep_separates_tasks_from_rows():
+  """sokoban_width: 2x and 3x the tasks a step, or 3x the episodes of each
+  task, each with minibatches as much larger; its gigpo and gigpo_wide
+  runs (and SFT stages) are sokoban_dynamic's own."""
+  runs = _runs_by_name("configs/ablations/sokoban_width.py")
+  dynamic = _runs_by_name("configs/ablations/sokoban_dynamic.py")
+  assert len(runs) == 3 + 3 * 4
+  sweep = sweeps.load_config("configs/ablations/sokoban_width.py").sweep
+  pairs = sweeps.parse_pairs(sweep.pairs, sweep.estimators)
+  assert {e for p in pairs for e in p} == set(sweep.estimators) - {"gigpo"}
+  for seed in (0, 1, 2):
+    plain = runs[f"sokoban/gigpo/seed{seed}"]
+    for name in ("sft", "gigpo", "gigpo_wide"):
+      run = f"sokoban/{name}/seed{seed}"
+      assert runs[run] == dynamic[run]
+    for arm, extra in (
+      ("2x", {"rl.tasks_per_step": "16", "rl.minibatch_size": "64"}),
+      ("wide", {"rl.tasks_per_step": "24", "rl.minibatch_size": "96"}),
+      ("deep", {"rollout.group_size": "24", "rl.minibatch_size": "96"}),
+    ):
+      run = runs[f"sokoban/gigpo_{arm}/seed{seed}"]
+      assert run.config_arg == plain.config_arg == "gigpo"
+      assert run.init_from_run == plain.init_from_run
+      assert dict(set(run.overrides) - set(plain.overrides)) == extra
+      assert set(plain.overrides) < set(run.overrides)
+  smoke = _runs_by_name("configs/ablations/sokoban_width.py:smoke")
+  deep = dict(smoke["sokoban/gigpo_deep/seed0"].overrides)
+  # scaled from the smoke config (2 tasks x 2 episodes, minibatches of 2)
+  assert (deep["rollout.group_size"], deep["rl.minibatch_size"]) == ("6", "6")
 
 
 def test_sweep_pairs_are_checked_and_kept_in_the_manifest(tmp_path):

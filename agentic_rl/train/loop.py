@@ -713,6 +713,10 @@ def config_field(config_dict: dict[str, Any], dotted: str) -> Any:
   if dotted == "sampler" and config_dict:
     # The samplers' weight layout changes speed, not what they sample.
     return {k: v for k, v in config_dict.items() if k != "kernels_out_first"}
+  if dotted == "rollout" and config_dict:
+    # Episodes a task in an RL step: the SFT stage (demonstrations, greedy
+    # evaluation, a teacher's or DPO's own samples_per_task) never reads it.
+    return {k: v for k, v in config_dict.items() if k != "group_size"}
   if dotted == "sft" and config_dict and "optimizer" in config_dict:
     # Compared as run: a field a config does not set is at its default
     # (configs written before the schedule fields existed ran a constant

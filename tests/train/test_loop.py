@@ -262,6 +262,7 @@ def _warm_start_with_other_knobs(source: pathlib.Path):
   config.model.remat = "full"
   config.model.logits_chunk = 16
   config.sampler.kernels_out_first = True
+  config.rollout.group_size += 2
   return config
 
 
@@ -270,8 +271,9 @@ def test_warm_start_may_change_the_rl_optimizer_and_remat(sft_stage, tmp_path):
   shares the SFT stage, and its first update uses its own rate. Remat and
   logits chunks (`config.model.remat`, `.logits_chunk`) leave the
   parameters as they are, and transposed sampler weights
-  (`config.sampler.kernels_out_first`) what is sampled, so an RL run with
-  them starts from a stage run without them. Here: the restore and what
+  (`config.sampler.kernels_out_first`) what is sampled, and the SFT stage
+  never reads the RL group size (`config.rollout.group_size`), so an RL
+  run with them starts from a stage run without them. Here: the restore and what
   it refuses; the RL step (its own rate, finite numbers) is
   `test_a_warm_start_with_other_knobs_trains`, a slow test."""
   source, _ = sft_stage
@@ -290,6 +292,11 @@ def test_warm_start_may_change_the_rl_optimizer_and_remat(sft_stage, tmp_path):
   bad.sampler.max_len += 64  # other fields of config.sampler still count
   with pytest.raises(loop.WarmStartError, match="config.sampler differs"):
     loop.setup(bad, str(tmp_path / "bad_sampler"))
+  bad = _config(1)
+  bad.init_from = str(source)
+  bad.rollout.max_turns += 1  # other fields of config.rollout still count
+  with pytest.raises(loop.WarmStartError, match="config.rollout differs"):
+    loop.setup(bad, str(tmp_path / "bad_rollout"))
 
 
 def test_model_shape_fields_size_the_model_over_its_preset(sft_stage, tmp_path):
