@@ -20,8 +20,9 @@ For every environment and estimator this computes, over seeds,
   of training (RL step >= half the last one), less at the mercy of one
   evaluation than the final one (a run's last evaluation moves by several
   points with float noise alone);
-  wall seconds per run of each estimator (the sweep runner's timing), its
-  cost beside its effect;
+  wall seconds per run of each estimator and the largest peak resident
+  memory of its runs (the sweep runner's readings), its cost beside its
+  effect;
   per paired seed, whether the two runs ran on the same machine
   (`agentic_rl.machine`): on different CPUs the same seed is not the same
   run, so those pairs carry cross-machine noise besides the arm's effect;
@@ -108,6 +109,9 @@ class RunCurve:
   # Per-task verdicts (task id -> solved) of the evaluations that kept them
   # (summary.json, runs begun from 2026-12-05 on), by RL step, 0 = after SFT.
   solved: dict[int, dict[str, bool]] = dataclasses.field(default_factory=dict)
+  # Peak resident memory of the run's process in MiB (the sweep runner's
+  # reading, runs launched from 2026-12-06 on), else None.
+  peak_rss_mib: float | None = None
 
   @property
   def final_solved(self) -> dict[str, bool] | None:
@@ -496,7 +500,8 @@ def load_run(root: str | os.PathLike, run: Mapping[str, Any]) -> RunCurve:
   level_steps = [step for step, _ in logged] if per_level else []
   config = _read_json(wd / "config.json")
   timing = wd / "sweep_timing.json"
-  seconds = _read_json(timing).get("seconds") if timing.is_file() else None
+  timed = _read_json(timing) if timing.is_file() else {}
+  seconds, peak_rss_mib = timed.get("seconds"), timed.get("peak_rss_mib")
   machines, machine_labels = run_machines(summary.get("machines") or [])
   steps, success, returns = (
     np.asarray(c, np.float64) for c in zip(*points, strict=True)
@@ -513,6 +518,7 @@ def load_run(root: str | os.PathLike, run: Mapping[str, Any]) -> RunCurve:
     rows=len(rows),
     estimator_config=dict(config.get("estimator", {})),
     seconds=seconds,
+    peak_rss_mib=peak_rss_mib,
     train_success=np.asarray(
       [r["success_rate"] for r in rows if "success_rate" in r], np.float64
     ),
@@ -667,6 +673,9 @@ def summarize_env(
     seconds = [c.seconds for c in runs.values() if c.seconds is not None]
     if seconds:  # the sweep runner's wall time: an arm's cost
       row["seconds_per_run"] = _stat(seconds)
+    peaks = [c.peak_rss_mib for c in runs.values() if c.peak_rss_mib]
+    if peaks:  # and its memory: the largest run's peak decides what fits
+      row["peak_rss_mib"] = {"max": max(peaks), "n": len(peaks)}
     if est != baseline and baseline in per_seed:
       vs = _compare(
         by_est[baseline],
@@ -1097,8 +1106,9 @@ def _env_table(env: str, stats: Mapping[str, Any], baseline: str) -> str:
     " whether each pair's two runs shared a machine:",
     "",
     f"| estimator | late success | Δ late vs {baseline} |"
-    " pairs on one machine / different / unrecorded | wall s per run |",
-    "|---|---|---|---|---|",
+    " pairs on one machine / different / unrecorded | wall s per run |"
+    " peak memory, largest run |",
+    "|---|---|---|---|---|---|",
   ]
   for est, row in stats.items():
     vs = row.get("vs_baseline")
@@ -1113,6 +1123,11 @@ def _env_table(env: str, stats: Mapping[str, Any], baseline: str) -> str:
         else " baseline |"
       )
       + (f" {_seconds(seconds)} |" if seconds else " not measured |")
+      + (
+        f" {_gib(row['peak_rss_mib'])} |"
+        if "peak_rss_mib" in row
+        else " not measured |"
+      )
     )
   if any(
     "rl_vs_sft_tasks" in row or "tasks_vs_baseline" in row
@@ -1215,6 +1230,11 @@ def _seconds(stat: Mapping[str, Any]) -> str:
   if stat["lo"] is None:
     return f"{stat['mean']:.0f} (n={stat['n']})"
   return f"{stat['mean']:.0f} [{stat['lo']:.0f}, {stat['hi']:.0f}]"
+
+
+def _gib(peak: Mapping[str, Any]) -> str:
+  """The largest of n runs' peak resident memory as "x.x GiB (n=...)"."""
+  return f"{peak['max'] / 1024:.1f} GiB (n={peak['n']})"
 
 
 def _tasks_cell(d: Mapping[str, Any] | None, is_baseline: bool = False) -> str:

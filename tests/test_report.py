@@ -397,14 +397,22 @@ def test_write_report_files(sweep_root, tmp_path):
   out = tmp_path / "out"
   for seed, seconds in enumerate((10.0, 13.0, 16.0)):  # gigpo's wall times
     timing = sweep_root / f"lake/gigpo/seed{seed}/sweep_timing.json"
-    timing.write_text(json.dumps({"seconds": seconds}))
+    peak = {"peak_rss_mib": 2048.0 + 512 * seed} if seed else {}
+    timing.write_text(json.dumps({"seconds": seconds, **peak}))
   summary = report.write_report(str(sweep_root), str(out), threshold=0.5)
   readme = (out / "README.md").read_text()
   # Each arm's cost: 13 +- t * 3 / sqrt(3) s; grpo's three runs 10 s each.
   cost = summary["envs"]["lake"]["gigpo"]["seconds_per_run"]
   half = T_975_2 * 3.0 / math.sqrt(3)
   assert (cost["mean"], cost["lo"]) == pytest.approx((13.0, 13.0 - half))
-  assert "| 1 / 1 / 1 | 13 [6, 20] |" in readme
+  # Its memory: the larger of the two runs that recorded a peak (3 GiB);
+  # grpo's timings predate the reading.
+  assert summary["envs"]["lake"]["gigpo"]["peak_rss_mib"] == {
+    "max": 3072.0,
+    "n": 2,
+  }
+  assert "| 1 / 1 / 1 | 13 [6, 20] | 3.0 GiB (n=2) |" in readme
+  assert "| 10 [10, 10] | not measured |" in readme
   # grpo's late success 0.3, 0.5, 0.35: s = 0.104, half-width 0.259.
   assert (
     "| grpo | 0.383 [0.125, 0.642] | baseline | baseline | 10 [10, 10] |"
