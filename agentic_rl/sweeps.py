@@ -39,9 +39,10 @@ Every grid run is `python -m agentic_rl.main --config=<file>:<arg>
 `--config.init_from=<root>/<env>/sft/seed<seed>`), so a run is reproducible
 from its command alone. A run is finished when its workdir holds
 `summary.json`; an unfinished one is simply launched again and resumes from
-its checkpoints. Local runs (`run_sweep`) share a persistent XLA
-compilation cache, `<root>/jax_cache`, so only the first run of a shape
-pays for its compiles.
+its checkpoints. Each launch adds its wall time and peak resident memory
+to the run's `sweep_timing.json` (an arm's cost, in the report). Local
+runs (`run_sweep`) share a persistent XLA compilation cache,
+`<root>/jax_cache`, so only the first run of a shape pays for its compiles.
 
 A follow-up sweep whose SFT stages have an earlier root's recipe can start
 from that root's stages instead of training them again (`adopt_stages`,
