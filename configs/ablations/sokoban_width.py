@@ -17,11 +17,15 @@ dose response:
   gigpo_deep  8 tasks x 24 episodes, minibatches 3x: the rows and
               rollouts of gigpo_wide on the tasks of gigpo (GiGPO's
               anchor-state groups and its episode groups 3x as large)
+  gigpo_one_update  gigpo's 64 episodes in one minibatch: one optimizer
+              step a step instead of two, on as many rows as gigpo_2x's
 
-Every arm takes as many optimizer steps a step (2) at the same learning
-rate, so the wide arms average more rows into each update. If deep gains
-as much as wide, rows (or rollouts) are what matters; if it gains less,
-the number of tasks a step is. The grid is sokoban_dynamic's (shared SFT
+The first four take as many optimizer steps a step (2) at the same
+learning rate, so the wider arms average more rows into each update. If
+deep gains as much as wide, rows (or rollouts) are what matters; if it
+gains less, the number of tasks a step is. gigpo_one_update has 2x's rows
+per update without its extra episodes: if it gains as much, the size of
+an update is what helps, not the data a step. The grid is sokoban_dynamic's (shared SFT
 stages, task order, rollout keys, 30 RL steps, 128 held-out levels): its
 gigpo and gigpo_wide runs are these arms' runs, and the SFT stages those
 (`--stages_from`). `arg`: as `sokoban_reward_input` ('', 'smoke' or
@@ -33,10 +37,16 @@ import ml_collections
 from configs import sokoban
 from configs.ablations import credit_assignment, sokoban_dynamic
 
-ARMS = ("gigpo", "gigpo_2x", "gigpo_wide", "gigpo_deep")
-# Besides every arm against gigpo: the dose steps, and deep against wide
-# (equal rows and rollouts, a third of the tasks).
-PAIRS = ("gigpo_2x:gigpo_wide", "gigpo_wide:gigpo_deep", "gigpo_2x:gigpo_deep")
+ARMS = ("gigpo", "gigpo_2x", "gigpo_wide", "gigpo_deep", "gigpo_one_update")
+# Besides every arm against gigpo: the dose steps, deep against wide
+# (equal rows and rollouts, a third of the tasks), and one update of 64
+# rows against 2x's two.
+PAIRS = (
+  "gigpo_2x:gigpo_wide",
+  "gigpo_wide:gigpo_deep",
+  "gigpo_2x:gigpo_deep",
+  "gigpo_one_update:gigpo_2x",
+)
 
 
 def arms(c: ml_collections.ConfigDict) -> dict:
@@ -56,6 +66,12 @@ def arms(c: ml_collections.ConfigDict) -> dict:
     "gigpo_2x": scaled(2, 1),
     "gigpo_wide": scaled(wide, 1),
     "gigpo_deep": scaled(1, wide),
+    "gigpo_one_update": {
+      "variant": "gigpo",
+      "overrides": {
+        "rl": {"minibatch_size": c.rl.tasks_per_step * c.rollout.group_size}
+      },
+    },
   }
 
 
