@@ -1092,3 +1092,53 @@ def test_read_solved_and_pool_pairings(tmp_path):
     text=True,
   )
   assert bad.returncode != 0 and "pair them one to one" in bad.stderr
+
+
+def test_arm_stats_averages_steps_then_seeds(tmp_path):
+  """scripts/arm_stats.py: a run's RL steps averaged (an evaluation row
+  and the SFT rows left out, a resumed run's rewrite of a step winning),
+  then its arm's seeds; wall time and peak memory from the sweep timing,
+  the memory only where every seed's timing has it."""
+
+  def run(arm, seed, kls, seconds, peak=None):
+    wd = tmp_path / "root" / "lake" / arm / f"seed{seed}"
+    (wd / "logs").mkdir(parents=True)
+    rows = [{"step": 1, "sft/loss": 2.0}, {"step": 0, "eval/success_rate": 0.1}]
+    rows += [
+      {"step": i + 1, "episodes": 64, "kl": kl, "grad_norm": 1.0}
+      for i, kl in enumerate(kls)
+    ]
+    (wd / "logs" / "metrics.jsonl").write_text(
+      "".join(json.dumps(r) + "\n" for r in rows)
+    )
+    (wd / "summary.json").write_text("{}")
+    timing = {"seconds": seconds, **({"peak_rss_mib": peak} if peak else {})}
+    (wd / "sweep_timing.json").write_text(json.dumps(timing))
+
+  run("gigpo", 0, [0.1, 0.3], 100.0, peak=1000.0)  # kl mean 0.2
+  run("gigpo", 1, [0.5, 0.7, 0.2], 200.0, peak=3000.0)  # 0.7 rewritten: 0.35
+  # seed 1's step 2 written again by a resumed launch: 0.5, 0.2 -> 0.35
+  rows = (tmp_path / "root/lake/gigpo/seed1/logs/metrics.jsonl").read_text()
+  rows = rows.replace('"step": 3,', '"step": 2,')
+  (tmp_path / "root/lake/gigpo/seed1/logs/metrics.jsonl").write_text(rows)
+  run("grpo", 0, [0.4], 50.0)
+  (tmp_path / "root/lake/grpo/seed1").mkdir()  # unfinished: left out
+  out = tmp_path / "stats.json"
+  subprocess.run(
+    [
+      sys.executable,
+      str(pathlib.Path(__file__).parents[1] / "scripts" / "arm_stats.py"),
+      str(tmp_path / "root"),
+      "--env=lake",
+      f"--json={out}",
+    ],
+    check=True,
+    capture_output=True,
+  )
+  stats = json.loads(out.read_text())
+  assert stats["gigpo"]["seeds"] == [0, 1]
+  assert stats["gigpo"]["kl"] == pytest.approx((0.2 + 0.35) / 2)
+  assert stats["gigpo"]["seconds"] == pytest.approx(150.0)
+  assert stats["gigpo"]["peak_rss_mib"] == pytest.approx(2000.0)
+  assert stats["grpo"]["seeds"] == [0] and "peak_rss_mib" not in stats["grpo"]
+  assert stats["grpo"]["kl"] == pytest.approx(0.4)

@@ -25,11 +25,12 @@ learning rate, so the wider arms average more rows into each update. If
 deep gains as much as wide, rows (or rollouts) are what matters; if it
 gains less, the number of tasks a step is. gigpo_one_update has 2x's rows
 per update without its extra episodes: if it gains as much, the size of
-an update is what helps, not the data a step. The grid is sokoban_dynamic's (shared SFT
-stages, task order, rollout keys, 30 RL steps, 128 held-out levels): its
-gigpo and gigpo_wide runs are these arms' runs, and the SFT stages those
-(`--stages_from`). `arg`: as `sokoban_reward_input` ('', 'smoke' or
-'seeds=N').
+an update is what helps, not the data a step.
+
+The grid is sokoban_dynamic's (shared SFT stages, task order, rollout
+keys, 30 RL steps, 128 held-out levels): its gigpo and gigpo_wide runs
+are these arms' runs, and its SFT stages these (`--stages_from`). `arg`:
+as `sokoban_reward_input` ('', 'smoke' or 'seeds=N').
 """
 
 import ml_collections

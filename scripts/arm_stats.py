@@ -1,26 +1,30 @@
-"""Per-arm training statistics of this folder's sweep (see its README).
+"""Per-arm training statistics of a sweep root (the report's companion).
 
-  python experiments/sokoban_dynamic/arm_stats.py \
-      experiments/sokoban_dynamic/runs \
-      [--seeds=0,1,2,3] [--json experiments/sokoban_dynamic/arm_stats.json]
+  python scripts/arm_stats.py experiments/sokoban_dynamic/runs \
+      [--env=sokoban] [--seeds=0,1,2,3] \
+      [--json experiments/sokoban_dynamic/arm_stats.json]
 
-For every arm of `<root>/sokoban/<arm>/seed<k>`: the seeds finished, and
+For every arm of `<root>/<env>/<arm>/seed<k>`: the seeds finished, and
 over their RL steps (a run's steps averaged, then the runs): episodes
 played a step, the fraction of played groups with mixed success, the
 update's mean |advantage|, KL to the SFT policy, gradient norm, dynamic
-sampling's rounds a step, and the run's wall time (`sweep_timing.json`).
-`--seeds` keeps those seeds only (arms run on different seed counts are
-then averaged over the same ones). The held-out numbers are the sweep
-report's.
+sampling's rounds a step; and the run's wall time and peak resident
+memory (`sweep_timing.json`, the memory where recorded). `--seeds` keeps
+those seeds only (arms run on different seed counts are then averaged
+over the same ones). The held-out numbers are the sweep report's.
 """
 
 import argparse
 import json
 import pathlib
+import sys
 
 import numpy as np
 
-from agentic_rl import report
+# The repository root, for `agentic_rl` run from a checkout.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from agentic_rl import report  # noqa: E402
 
 KEYS = (
   "episodes",
@@ -34,7 +38,8 @@ KEYS = (
 
 def run_means(run: pathlib.Path) -> dict[str, float]:
   """Mean of each KEYS metric over a run's RL steps (`report.rl_rows`: a
-  resumed run's rewrite of a step wins), plus its wall time in seconds."""
+  resumed run's rewrite of a step wins), plus its wall time in seconds
+  and peak resident memory in MiB where the sweep runner recorded them."""
   logged = report.rl_rows(report.read_metrics(run / "logs" / "metrics.jsonl"))
   rows = [r for r in logged if "episodes" in r]  # rollout steps, not evals
   out = {
@@ -44,7 +49,10 @@ def run_means(run: pathlib.Path) -> dict[str, float]:
   }
   timing = run / "sweep_timing.json"
   if timing.is_file():
-    out["seconds"] = float(json.loads(timing.read_text())["seconds"])
+    timed = json.loads(timing.read_text())
+    out["seconds"] = float(timed["seconds"])
+    if timed.get("peak_rss_mib"):
+      out["peak_rss_mib"] = float(timed["peak_rss_mib"])
   return out
 
 
@@ -73,7 +81,7 @@ def arm_stats(
 
 
 def table(stats: dict[str, dict]) -> str:
-  cols = ("seconds", *KEYS)
+  cols = ("seconds", "peak_rss_mib", *KEYS)
   lines = [
     "| arm | seeds | " + " | ".join(cols) + " |",
     "|---|---|" + "---|" * len(cols),
@@ -87,11 +95,12 @@ def table(stats: dict[str, dict]) -> str:
 def main() -> None:
   parser = argparse.ArgumentParser()
   parser.add_argument("root", type=pathlib.Path)
+  parser.add_argument("--env", default="sokoban")
   parser.add_argument("--json", type=pathlib.Path)
   parser.add_argument("--seeds", help="comma-separated seeds (default all)")
   args = parser.parse_args()
   seeds = {int(s) for s in args.seeds.split(",")} if args.seeds else None
-  stats = arm_stats(args.root, seeds=seeds)
+  stats = arm_stats(args.root, args.env, seeds=seeds)
   print(table(stats))
   if args.json:
     args.json.write_text(json.dumps(stats, indent=2) + "\n")
