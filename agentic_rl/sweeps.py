@@ -640,6 +640,9 @@ def launch(
   )
 
 
+_MEMORY_POLL_S = 0.25
+
+
 def _wait_with_peak_memory(proc: subprocess.Popen) -> tuple[int, float]:
   """Waits for `proc`: (its return code, its peak resident memory in MiB).
 
@@ -659,9 +662,6 @@ def _wait_with_peak_memory(proc: subprocess.Popen) -> tuple[int, float]:
       proc.kill()
       proc.wait()
       raise
-
-
-_MEMORY_POLL_S = 0.25
 
 
 def _high_water_mib(pid: int) -> float:
