@@ -399,7 +399,7 @@ def _runs_by_name(config_path: str) -> dict:
 
 def test_ratio_level_sweep_differs_from_gigpo_only_in_the_loss():
   runs = _runs_by_name("configs/ablations/sokoban_ratio_level.py")
-  assert len(runs) == 3 + 3 * 5
+  assert len(runs) == 3 + 3 * 6
   for seed in (0, 1, 2):
     base = dict(runs[f"sokoban/gigpo/seed{seed}"].overrides)
     assert base["rl.minibatch_size"] == "16" and base["rl.steps"] == "30"
@@ -822,7 +822,7 @@ def test_mixed_curriculum_sweep_spreads_every_runs_demos():
   runs = _runs_by_name("configs/ablations/sokoban_curriculum.py:mixed")
   sweep = sweeps.load_config("configs/ablations/sokoban_curriculum.py:mixed")
   assert sweep.sweep.name == "sokoban_curriculum_mixed"
-  assert len(runs) == 3 + 3 * 5
+  assert len(runs) == 3 + 3 * 6
   for seed in (0, 1, 2):
     sft = runs[f"sokoban/sft/seed{seed}"]
     base, arm, low, held = (
@@ -987,7 +987,7 @@ def test_width_sweep_separates_tasks_from_rows():
   runs (and SFT stages) are sokoban_dynamic's own."""
   runs = _runs_by_name("configs/ablations/sokoban_width.py")
   dynamic = _runs_by_name("configs/ablations/sokoban_dynamic.py")
-  assert len(runs) == 3 + 3 * 5
+  assert len(runs) == 3 + 3 * 6
   sweep = sweeps.load_config("configs/ablations/sokoban_width.py").sweep
   pairs = sweeps.parse_pairs(sweep.pairs, sweep.estimators)
   assert {e for p in pairs for e in p} == set(sweep.estimators) - {"gigpo"}
@@ -1001,6 +1001,7 @@ def test_width_sweep_separates_tasks_from_rows():
       ("wide", {"rl.tasks_per_step": "24", "rl.minibatch_size": "96"}),
       ("deep", {"rollout.group_size": "24", "rl.minibatch_size": "96"}),
       ("one_update", {"rl.minibatch_size": "64"}),  # all 8 x 8 rows
+      ("spread", {"rl.tasks_per_step": "16", "rollout.group_size": "4"}),
     ):
       run = runs[f"sokoban/gigpo_{arm}/seed{seed}"]
       assert run.config_arg == plain.config_arg == "gigpo"

@@ -19,13 +19,16 @@ dose response:
               anchor-state groups and its episode groups 3x as large)
   gigpo_one_update  gigpo's 64 episodes in one minibatch: one optimizer
               step a step instead of two, on as many rows as gigpo_2x's
+  gigpo_spread  16 tasks x 4 episodes: gigpo's rollouts and updates,
+              spread over twice the tasks in groups half as large
 
 The first four take as many optimizer steps a step (2) at the same
 learning rate, so the wider arms average more rows into each update. If
 deep gains as much as wide, rows (or rollouts) are what matters; if it
 gains less, the number of tasks a step is. gigpo_one_update has 2x's rows
 per update without its extra episodes: if it gains as much, the size of
-an update is what helps, not the data a step.
+an update is what helps, not the data a step. gigpo_spread asks the
+budget question: at gigpo's cost, more tasks or larger groups?
 
 The grid is sokoban_dynamic's (shared SFT stages, task order, rollout
 keys, 30 RL steps, 128 held-out levels): its gigpo and gigpo_wide runs
@@ -38,15 +41,23 @@ import ml_collections
 from configs import sokoban
 from configs.ablations import credit_assignment, sokoban_dynamic
 
-ARMS = ("gigpo", "gigpo_2x", "gigpo_wide", "gigpo_deep", "gigpo_one_update")
+ARMS = (
+  "gigpo",
+  "gigpo_2x",
+  "gigpo_wide",
+  "gigpo_deep",
+  "gigpo_one_update",
+  "gigpo_spread",
+)
 # Besides every arm against gigpo: the dose steps, deep against wide
 # (equal rows and rollouts, a third of the tasks), and one update of 64
-# rows against 2x's two.
+# rows against 2x's two; spread against 2x (its tasks, half the episodes).
 PAIRS = (
   "gigpo_2x:gigpo_wide",
   "gigpo_wide:gigpo_deep",
   "gigpo_2x:gigpo_deep",
   "gigpo_one_update:gigpo_2x",
+  "gigpo_spread:gigpo_2x",
 )
 
 
@@ -67,6 +78,14 @@ def arms(c: ml_collections.ConfigDict) -> dict:
     "gigpo_2x": scaled(2, 1),
     "gigpo_wide": scaled(wide, 1),
     "gigpo_deep": scaled(1, wide),
+    "gigpo_spread": {
+      "variant": "gigpo",
+      "overrides": {
+        "rl": {"tasks_per_step": 2 * c.rl.tasks_per_step},
+        # (groups of 2 at least: the smoke config's are 2 already)
+        "rollout": {"group_size": max(c.rollout.group_size // 2, 2)},
+      },
+    },
     "gigpo_one_update": {
       "variant": "gigpo",
       "overrides": {
