@@ -34,6 +34,8 @@ The grid is sokoban_dynamic's (shared SFT stages, task order, rollout
 keys, 30 RL steps, 128 held-out levels): its gigpo and gigpo_wide runs
 are these arms' runs, and its SFT stages these (`--stages_from`). `arg`:
 as `sokoban_reward_input` ('', 'smoke' or 'seeds=N').
+
+Measured (6 seeds): experiments/sokoban_width/.
 """
 
 import ml_collections
