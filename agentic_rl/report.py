@@ -465,6 +465,13 @@ def by_difficulty(row: Mapping[str, Any]) -> dict[int, float]:
   }
 
 
+def read_timing(workdir: str | os.PathLike) -> dict[str, Any]:
+  """The sweep runner's `sweep_timing.json` of a run ("seconds", and
+  "peak_rss_mib" where recorded), {} for a run it did not launch."""
+  timing = pathlib.Path(workdir) / "sweep_timing.json"
+  return _read_json(timing) if timing.is_file() else {}
+
+
 def load_run(root: str | os.PathLike, run: Mapping[str, Any]) -> RunCurve:
   """A finished run's curve from its workdir (named errors otherwise)."""
   wd = pathlib.Path(root) / run["name"]
@@ -499,8 +506,7 @@ def load_run(root: str | os.PathLike, run: Mapping[str, Any]) -> RunCurve:
   }
   level_steps = [step for step, _ in logged] if per_level else []
   config = _read_json(wd / "config.json")
-  timing = wd / "sweep_timing.json"
-  timed = _read_json(timing) if timing.is_file() else {}
+  timed = read_timing(wd)
   seconds, peak_rss_mib = timed.get("seconds"), timed.get("peak_rss_mib")
   machines, machine_labels = run_machines(summary.get("machines") or [])
   steps, success, returns = (
@@ -568,9 +574,9 @@ def load_sweep(
   grid, checks, missing, sft_seconds = [], [], [], []
   for run in manifest["runs"]:
     if run.get("kind") == "sft":  # a shared SFT stage, not a compared run
-      timing = pathlib.Path(root) / run["name"] / "sweep_timing.json"
-      if timing.is_file():
-        sft_seconds.append(_read_json(timing)["seconds"])
+      timed = read_timing(pathlib.Path(root) / run["name"])
+      if timed:
+        sft_seconds.append(timed["seconds"])
       continue
     if not (pathlib.Path(root) / run["name"] / "summary.json").is_file():
       missing.append(run["name"])

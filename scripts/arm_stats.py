@@ -47,9 +47,8 @@ def run_means(run: pathlib.Path) -> dict[str, float]:
     for k in KEYS
     if rows and all(k in r for r in rows)
   }
-  timing = run / "sweep_timing.json"
-  if timing.is_file():
-    timed = json.loads(timing.read_text())
+  timed = report.read_timing(run)
+  if timed:
     out["seconds"] = float(timed["seconds"])
     if timed.get("peak_rss_mib"):
       out["peak_rss_mib"] = float(timed["peak_rss_mib"])
