@@ -1016,6 +1016,42 @@ def test_width_sweep_separates_tasks_from_rows():
   assert one["rl.minibatch_size"] == "4"
 
 
+def test_warmup_sweep_changes_one_override_an_arm():
+  """sokoban_warmup: a learning-rate warm-up for GiGPO and GRPO, and remat
+  for GiGPO, each its plain arm plus one override; the plain runs and the
+  SFT stages are sokoban_dynamic's own."""
+  runs = _runs_by_name("configs/ablations/sokoban_warmup.py")
+  dynamic = _runs_by_name("configs/ablations/sokoban_dynamic.py")
+  assert len(runs) == 3 + 3 * 5
+  sweep = sweeps.load_config("configs/ablations/sokoban_warmup.py").sweep
+  pairs = sweeps.parse_pairs(sweep.pairs, sweep.estimators)
+  assert {e for p in pairs for e in p} | {"gigpo_remat"} == set(
+    sweep.estimators
+  ) - {"gigpo"}
+  for seed in (0, 1, 2):
+    for name in ("sft", "gigpo", "grpo"):
+      run = f"sokoban/{name}/seed{seed}"
+      assert runs[run] == dynamic[run]
+    for arm, plain, extra in (
+      ("gigpo_warmup", "gigpo", {"rl.optimizer.warmup_steps": "10"}),
+      ("grpo_warmup", "grpo", {"rl.optimizer.warmup_steps": "10"}),
+      ("gigpo_remat", "gigpo", {"model.remat": "full"}),
+    ):
+      run = runs[f"sokoban/{arm}/seed{seed}"]
+      base = runs[f"sokoban/{plain}/seed{seed}"]
+      assert run.config_arg == base.config_arg == plain
+      assert run.init_from_run == base.init_from_run
+      assert base.init_from_run == f"sokoban/sft/seed{seed}"
+      assert dict(set(run.overrides) - set(base.overrides)) == extra
+      assert set(base.overrides) < set(run.overrides)
+  # the plain recipe has neither: each arm's override is a real change
+  plain = sweeps.load_config("configs/sokoban.py:gigpo")
+  assert plain.rl.optimizer.warmup_steps == 0 and plain.model.remat == "none"
+  smoke = _runs_by_name("configs/ablations/sokoban_warmup.py:smoke")
+  warm = dict(smoke["sokoban/grpo_warmup/seed0"].overrides)
+  assert warm["rl.optimizer.warmup_steps"] == "10"
+
+
 def test_sweep_pairs_are_checked_and_kept_in_the_manifest(tmp_path):
   estimators = ("grpo", "grpo_wide", "gigpo")
   assert sweeps.parse_pairs(
