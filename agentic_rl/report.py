@@ -112,6 +112,10 @@ class RunCurve:
   # Peak resident memory of the run's process in MiB (the sweep runner's
   # reading, runs launched from 2026-12-06 on), else None.
   peak_rss_mib: float | None = None
+  # Training episodes RL had played by each evaluation in `steps` (0 after
+  # SFT; a dynamic-sampling step counts every episode it played); empty
+  # when the metrics lack the per-step counts.
+  episodes: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
 
   @property
   def final_solved(self) -> dict[str, bool] | None:
@@ -248,6 +252,25 @@ def run_machines(
   if not record or record[0].get("unrecorded_before"):
     return None, labels
   return tuple(r["key"] for r in record), labels
+
+
+def success_at_equal_episodes(
+  a: RunCurve, b: RunCurve
+) -> tuple[float, float, float] | None:
+  """(E, A's held-out success at E, B's): E is the most training episodes
+  both runs played, each curve read there (linearly between its two
+  evaluations around E; exactly where E falls on one, as when one arm
+  plays k times the other's episodes a step). None if either run lacks
+  episode counts. Two arms of unequal cost per step compared at equal
+  data, not at equal steps."""
+  if not a.episodes.size or not b.episodes.size:
+    return None
+  budget = float(min(a.episodes[-1], b.episodes[-1]))
+  return (
+    budget,
+    float(np.interp(budget, a.episodes, a.success)),
+    float(np.interp(budget, b.episodes, b.success)),
+  )
 
 
 def paired_difference(
@@ -443,6 +466,19 @@ def rl_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
   return ordered
 
 
+def episodes_at(
+  rows: Sequence[Mapping[str, Any]], steps: Sequence[float]
+) -> np.ndarray:
+  """Training episodes played through each RL step of `steps` (0 = after
+  SFT), summed from `rl_rows`' per-step "episodes"; empty if a row lacks
+  the count."""
+  per_step = [r.get("episodes") for r in rows]
+  if any(e is None for e in per_step):
+    return np.zeros(0)
+  played = np.concatenate([[0.0], np.cumsum(per_step, dtype=np.float64)])
+  return played[np.asarray(steps, np.int64)]
+
+
 def _all_finite(rows: Sequence[Mapping[str, Any]]) -> bool:
   return all(
     math.isfinite(v)
@@ -533,6 +569,7 @@ def load_run(root: str | os.PathLike, run: Mapping[str, Any]) -> RunCurve:
     machines=machines,
     machine_labels=machine_labels,
     solved=solved_by_step(summary),
+    episodes=episodes_at(rows, steps),
   )
 
 
@@ -635,13 +672,15 @@ def _compare(
 ) -> dict[str, Any]:
   """B against A on the seeds both finished: the paired difference of
   every metric ("vs"), whether each pair shared a machine
-  ("machine_pairs") and the final evaluations task by task ("tasks",
-  None when no pair kept per-task verdicts)."""
+  ("machine_pairs"), the final evaluations task by task ("tasks", None
+  when no pair kept per-task verdicts) and held-out success at equal
+  training episodes ("equal_episodes", `_equal_episodes`)."""
   shared = sorted(set(runs_a) & set(runs_b))
   pairs = {"same": 0, "different": 0, "unknown": 0}
   for seed in shared:
     pairs[machine_pair(runs_b[seed].machines, runs_a[seed].machines)] += 1
   return {
+    "equal_episodes": _equal_episodes([(runs_a[s], runs_b[s]) for s in shared]),
     "vs": {
       m: paired_difference(v, metrics_a[m]).to_dict()
       for m, v in metrics_b.items()
@@ -651,6 +690,25 @@ def _compare(
       {s: (runs_a[s].final_solved, runs_b[s].final_solved) for s in shared},
       what,
     ),
+  }
+
+
+def _equal_episodes(
+  pairs: Sequence[tuple[RunCurve, RunCurve]],
+) -> dict[str, Any] | None:
+  """B − A held-out success at equal training episodes, paired over the
+  (A, B) runs (`success_at_equal_episodes`), and the episodes E each
+  side had played there; None when the two arms played as many episodes
+  in every pair (the comparison is the final one then) or a run lacks
+  the counts."""
+  read = [success_at_equal_episodes(a, b) for a, b in pairs]
+  if not read or any(r is None for r in read):
+    return None
+  if all(a.episodes[-1] == b.episodes[-1] for a, b in pairs):
+    return None
+  return {
+    "episodes": _stat([e for e, _, _ in read]),
+    "success": _stat([sb - sa for _, sa, sb in read]),
   }
 
 
@@ -692,6 +750,8 @@ def summarize_env(
       )
       row["vs_baseline"] = vs["vs"]
       row["machine_pairs"] = vs["machine_pairs"]
+      if vs["equal_episodes"]:
+        row["equal_episodes_vs_baseline"] = vs["equal_episodes"]
       if vs["tasks"]:
         row["tasks_vs_baseline"] = vs["tasks"]
     tasks = _pooled_or_none(
@@ -817,12 +877,14 @@ def machine() -> dict[str, Any]:
 
 
 def mean_curve(
-  curves: Sequence[RunCurve], field: str = "success"
+  curves: Sequence[RunCurve], field: str = "success", x: str = "steps"
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-  """(steps, mean, lo, hi) over seeds on the union of evaluation steps.
+  """(x, mean, lo, hi) over seeds on the union of evaluation steps.
 
   Seeds evaluated at other steps are linearly interpolated onto the union
   (with the default configs every seed is evaluated at the same steps).
+  `x="episodes"` places each point at the seeds' mean training episodes
+  by then (`RunCurve.episodes`) instead of its RL step.
   """
   grid = np.unique(np.concatenate([c.steps for c in curves]))
   ys = np.stack([np.interp(grid, c.steps, getattr(c, field)) for c in curves])
@@ -830,6 +892,8 @@ def mean_curve(
   mean = np.array([s.mean for s in stats])
   lo = np.array([s.lo for s in stats])
   hi = np.array([s.hi for s in stats])
+  if x == "episodes":
+    grid = np.mean([np.interp(grid, c.steps, c.episodes) for c in curves], 0)
   return grid, mean, lo, hi
 
 
@@ -838,8 +902,10 @@ def plot_learning_curves(
   curves: Sequence[RunCurve],
   path: str | os.PathLike,
   baseline: str | None = None,
+  x: str = "steps",
 ) -> None:
-  """Held-out success vs RL step: one panel per estimator.
+  """Held-out success vs RL step (or, `x="episodes"`, vs training
+  episodes played): one panel per estimator.
 
   Each panel shows the estimator's mean over seeds with a shaded 95% CI and,
   dashed, the baseline's mean, so seven curves stay readable. The y axis
@@ -850,13 +916,17 @@ def plot_learning_curves(
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
+  xlabel = {
+    "steps": "RL step (0 = after SFT)",
+    "episodes": "training episodes played (mean over seeds)",
+  }[x]
   names = sorted({c.estimator for c in curves})
   if baseline in names:
     names = [baseline] + [n for n in names if n != baseline]
   stats = {}
   for est in names:
     mine = [c for c in curves if c.estimator == est]
-    stats[est] = (len(mine), *mean_curve(mine))
+    stats[est] = (len(mine), *mean_curve(mine, x=x))
   top = max(float(np.nanmax(np.r_[s[2], s[4]])) for s in stats.values())
   top = min(1.05, max(0.05, 1.15 * top + 0.01))
   cols = min(4, len(names))
@@ -884,7 +954,7 @@ def plot_learning_curves(
   for ax in axes.flat[len(names) :]:
     ax.axis("off")
   for ax in axes[-1]:
-    ax.set_xlabel("RL step (0 = after SFT)", fontsize=8)
+    ax.set_xlabel(xlabel, fontsize=8)
   for ax in axes[:, 0]:
     ax.set_ylabel("held-out success", fontsize=8)
   fig.suptitle(f"{env}: mean and 95% CI over seeds", fontsize=10)
@@ -1135,6 +1205,13 @@ def _env_table(env: str, stats: Mapping[str, Any], baseline: str) -> str:
         else " not measured |"
       )
     )
+  equal = [
+    (est, row.get("equal_episodes_vs_baseline"))
+    for est, row in stats.items()
+    if est != baseline
+  ]
+  if any(d for _, d in equal):
+    lines += ["", _equal_episodes_table(equal, "estimator", baseline)]
   if any(
     "rl_vs_sft_tasks" in row or "tasks_vs_baseline" in row
     for row in stats.values()
@@ -1228,6 +1305,43 @@ def _pairs_table(env: str, pairs: Sequence[Mapping[str, Any]]) -> str:
       f" {m['same']} / {m['different']} / {m['unknown']} |"
       f" {_tasks_cell(p['tasks'])} |"
     )
+  equal = [(f"{p['a']} → {p['b']}", p["equal_episodes"]) for p in pairs]
+  if any(d for _, d in equal):
+    lines += ["", _equal_episodes_table(equal, "A → B", "A")]
+  return "\n".join(lines)
+
+
+def _compares_at_equal_episodes(summary: Mapping[str, Any], env: str) -> bool:
+  """Whether some comparison in `env` (against the baseline, or a pair)
+  is of arms that played different numbers of training episodes: then
+  the report plots the curves against episodes too."""
+  rows = summary["envs"][env].values()
+  pairs = summary.get("pairs", {}).get(env, ())
+  return any("equal_episodes_vs_baseline" in r for r in rows) or any(
+    p["equal_episodes"] for p in pairs
+  )
+
+
+def _equal_episodes_table(
+  rows: Sequence[tuple[str, Mapping[str, Any] | None]], what: str, ref: str
+) -> str:
+  """Held-out success at equal training episodes (`_equal_episodes`), one
+  row per arm or pair; a row whose two arms played as many episodes says
+  so (its comparison is the final one)."""
+  lines = [
+    "At equal training episodes: each run read at the most episodes both"
+    " of a pair played (between evaluations, linearly), so an arm that"
+    " plays more a step is compared on the same data, not the same steps:",
+    "",
+    f"| {what} | episodes each (mean over seeds) | Δ success vs {ref} |",
+    "|---|---|---|",
+  ]
+  for name, d in rows:
+    lines.append(
+      f"| {name} | {d['episodes']['mean']:.0f} | {_ci(d['success'])} |"
+      if d
+      else f"| {name} | as many as {ref} | (the final Δ) |"
+    )
   return "\n".join(lines)
 
 
@@ -1303,11 +1417,13 @@ def _finding(
   machine_pairs: Mapping[str, int] | None,
   tasks: Mapping[str, Any] | None,
   ref: str,
+  equal: Mapping[str, Any] | None = None,
 ) -> str:
   """One statement of B against A (paired over seeds): final success and
-  where its interval lies, whether late success agrees, the tasks only
-  one of them solved, and how many pairs crossed machines. `ref` is how
-  the sentence names A ("the baseline", or the arm)."""
+  where its interval lies, whether late success agrees, success at equal
+  training episodes (`equal`, when the arms' episodes differ), the tasks
+  only one of them solved, and how many pairs crossed machines. `ref` is
+  how the sentence names A ("the baseline", or the arm)."""
   verdicts = {
     None: "too few paired seeds for an interval",
     "above": f"above {ref} (95% CI excludes 0)",
@@ -1329,6 +1445,14 @@ def _finding(
     if late
     else ""
   )
+  sides = {"above": "above 0", "below": "below 0", "covers": "covers 0"}
+  equal_text = (
+    f"; at equal training episodes ({equal['episodes']['mean']:.0f} each)"
+    f" {_ci(equal['success'])}"
+    + (f", {sides[_side(equal['success'])]}" if _side(equal["success"]) else "")
+    if equal
+    else ""
+  )
   tasks_text = (
     f"; task by task over {_possessive(len(tasks['seeds']), 'seed')} final"
     f" evaluations, {_count(tasks['only_a'], 'task')} only {a} solved"
@@ -1340,7 +1464,7 @@ def _finding(
   return (
     f"{env}: {b} − {a} final success = {_ci(d)} over "
     f"{_count(d['n'], 'paired seed')}: {verdicts[final]}{_no_width(d)}"
-    f"{late_text}{tasks_text}{caveat}."
+    f"{late_text}{equal_text}{tasks_text}{caveat}."
   )
 
 
@@ -1364,13 +1488,21 @@ def findings(summary: Mapping[str, Any]) -> list[str]:
             row.get("machine_pairs"),
             row.get("tasks_vs_baseline"),
             "the baseline",
+            row.get("equal_episodes_vs_baseline"),
           )
         )
   for env, pairs in summary.get("pairs", {}).items():
     for p in pairs:
       out.append(
         _finding(
-          env, p["a"], p["b"], p["vs"], p["machine_pairs"], p["tasks"], p["a"]
+          env,
+          p["a"],
+          p["b"],
+          p["vs"],
+          p["machine_pairs"],
+          p["tasks"],
+          p["a"],
+          p["equal_episodes"],
         )
       )
   return out
@@ -1537,6 +1669,11 @@ def render_readme(
       parts.append(
         f"![{env} paired differences to the baseline](paired_{env}.png)\n"
       )
+      if _compares_at_equal_episodes(summary, env):
+        parts.append(
+          f"![{env} learning curves against training episodes]"
+          f"(curves_{env}_episodes.png)\n"
+        )
       if _difficulty_metrics(stats):
         parts.append(f"![{env} per difficulty](difficulty_{env}.png)\n")
   parts.append("## What the numbers show\n")
@@ -1610,6 +1747,14 @@ def write_report(
     curves = [c for c in grid if c.env == env]
     plots[env] = f"curves_{env}.png"
     plot_learning_curves(env, curves, outdir / plots[env], baseline=base)
+    if _compares_at_equal_episodes(summary, env):
+      plot_learning_curves(
+        env,
+        curves,
+        outdir / f"curves_{env}_episodes.png",
+        baseline=base,
+        x="episodes",
+      )
     plot_paired_differences(env, curves, base, outdir / f"paired_{env}.png")
     if summary["pairs"].get(env):
       plot_paired_differences(

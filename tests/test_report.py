@@ -4,6 +4,7 @@ import json
 import math
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -168,11 +169,13 @@ def _write_run(
   slope=0.1,
   machines=(),
   solved=None,
+  episodes=None,
 ):
   """A run dir as the loop writes it; curve = [(rl_step, success, return)].
 
   `solved`: per-task verdicts after SFT and at the last RL step, (sft, rl),
-  kept in summary.json as runs from 2026-12-05 on keep them.
+  kept in summary.json as runs from 2026-12-05 on keep them. `episodes`:
+  training episodes each RL step played (not logged if None).
 
   RL step i's sampled batch succeeds at rate `slope` * i.
 
@@ -190,6 +193,8 @@ def _write_run(
   for i in range(1, last + 1):
     row = {"step": 0.5 + 4 * i, "loss": "NaN" if nan else 0.1}
     row["success_rate"] = slope * i
+    if episodes is not None:
+      row["episodes"] = float(episodes)
     if i in evals:
       row["eval/success_rate"], row["eval/return_mean"] = evals[i]
     rows.append(row)
@@ -501,6 +506,90 @@ def test_sweep_pairs_are_reported_arm_against_arm(sweep_root, tmp_path):
   ):
     with pytest.raises(report.ReportError, match=says):
       report.write_report(str(sweep_root), str(tmp_path / "c"), pairs=[bad])
+
+
+def test_arms_of_unequal_cost_are_compared_at_equal_episodes(tmp_path):
+  """An arm that plays more episodes a step is also read at the episodes
+  both arms of a pair played (its curve interpolated between
+  evaluations), paired over seeds, by hand."""
+  root = tmp_path / "w"
+  arms = {  # arm: (episodes a step, held-out success at steps 0-2 by seed)
+    "grpo": (4, {0: (0.0, 0.2, 0.4), 1: (0.1, 0.3, 0.5)}),
+    "grpo_wide": (8, {0: (0.0, 0.5, 0.7), 1: (0.1, 0.7, 0.8)}),
+    "grpo_more": (6, {0: (0.0, 0.3, 0.6), 1: (0.1, 0.6, 0.6)}),
+    "grpo_same": (4, {0: (0.0, 0.1, 0.2), 1: (0.1, 0.1, 0.1)}),
+  }
+  runs = []
+  for arm, (per_step, by_seed) in arms.items():
+    for seed, success in by_seed.items():
+      name = f"lake/{arm}/seed{seed}"
+      curve = [(i, v, 0.0) for i, v in enumerate(success)]
+      _write_run(root, name, curve, episodes=per_step)
+      runs.append({"name": name, "env": "lake", "estimator": arm, "seed": seed})
+  manifest = {
+    "name": "width",
+    "config": "width.py",
+    "envs": ["lake"],
+    "estimators": list(arms),
+    "seeds": [0, 1],
+    "baseline": "grpo",
+    "smoke": False,
+    "runs": runs,
+    "pairs": ["grpo_wide:grpo_more"],
+  }
+  (root / "sweep.json").write_text(json.dumps(manifest))
+  curve = report.load_run(root, runs[2])  # grpo_wide seed 0
+  assert curve.episodes.tolist() == [0.0, 8.0, 16.0]
+  s = report.write_report(str(root), str(tmp_path / "out"))
+  lake = s["envs"]["lake"]
+  # wide at 8 episodes is its step 1, grpo's step 2: 0.5 - 0.4, 0.7 - 0.5.
+  wide = lake["grpo_wide"]["equal_episodes_vs_baseline"]
+  assert wide["episodes"]["mean"] == 8.0
+  assert wide["success"]["mean"] == pytest.approx(0.15)
+  half = T_975_1 * (0.1 / math.sqrt(2)) / math.sqrt(2)  # s of (0.1, 0.2)
+  assert wide["success"]["hi"] == pytest.approx(0.15 + half)
+  # more at 8 episodes: a third of the way from its step 1 (6) to step 2
+  # (12): 0.3 + 0.1 = 0.4 and 0.6; grpo's step 2: 0.4 and 0.5.
+  more = lake["grpo_more"]["equal_episodes_vs_baseline"]
+  assert more["success"]["mean"] == pytest.approx(0.05)
+  # As many episodes as the baseline: the final comparison, no entry.
+  assert "equal_episodes_vs_baseline" not in lake["grpo_same"]
+  # The pair reads both at 12: wide halfway from step 1 to 2 (0.6, 0.75),
+  # more at step 2 (0.6, 0.6).
+  (pair,) = s["pairs"]["lake"]
+  assert pair["equal_episodes"]["episodes"]["mean"] == 12.0
+  assert pair["equal_episodes"]["success"]["mean"] == pytest.approx(-0.075)
+  # At equal steps the same pair differs by the final values' difference.
+  assert pair["vs"]["final_success"]["mean"] == pytest.approx(-0.15)
+  out = tmp_path / "out"
+  readme = (out / "README.md").read_text()
+  assert "| grpo_wide | 8 | 0.150 [" in readme
+  assert "| grpo_same | as many as grpo | (the final Δ) |" in readme
+  assert "| grpo_wide → grpo_more | 12 | -0.075 [" in readme
+  assert "](curves_lake_episodes.png)" in readme
+  assert (out / "curves_lake_episodes.png").stat().st_size > 1000
+  (line,) = [f for f in report.findings(s) if "grpo_wide − grpo " in f]
+  equal = (
+    r"; at equal training episodes \(8 each\) 0\.150 \[-0\.\d+, 0\.\d+\],"
+    r" covers 0\.$"
+  )
+  assert re.search(equal, line)
+  x, mean, _, _ = report.mean_curve(
+    [report.load_run(root, r) for r in runs[4:6]], x="episodes"
+  )
+  assert x.tolist() == [0.0, 6.0, 12.0]  # grpo_more's two seeds
+  assert mean.tolist() == pytest.approx([0.05, 0.45, 0.6])
+
+
+def test_runs_without_episode_counts_have_no_equal_episode_comparison(
+  sweep_root, tmp_path
+):
+  s = report.write_report(str(sweep_root), str(tmp_path / "a"))
+  assert "equal_episodes_vs_baseline" not in s["envs"]["lake"]["gigpo"]
+  assert not (tmp_path / "a" / "curves_lake_episodes.png").exists()
+  assert (
+    "equal training episodes" not in (tmp_path / "a" / "README.md").read_text()
+  )
 
 
 def _curve(seed, steps, success):
