@@ -1669,10 +1669,10 @@ def render_readme(
       parts.append(
         f"![{env} paired differences to the baseline](paired_{env}.png)\n"
       )
-      if _compares_at_equal_episodes(summary, env):
+      if f"{env}:episodes" in plots:
         parts.append(
           f"![{env} learning curves against training episodes]"
-          f"(curves_{env}_episodes.png)\n"
+          f"({plots[env + ':episodes']})\n"
         )
       if _difficulty_metrics(stats):
         parts.append(f"![{env} per difficulty](difficulty_{env}.png)\n")
@@ -1747,11 +1747,14 @@ def write_report(
     curves = [c for c in grid if c.env == env]
     plots[env] = f"curves_{env}.png"
     plot_learning_curves(env, curves, outdir / plots[env], baseline=base)
-    if _compares_at_equal_episodes(summary, env):
+    if _compares_at_equal_episodes(summary, env) and all(
+      c.episodes.size for c in curves
+    ):
+      plots[f"{env}:episodes"] = f"curves_{env}_episodes.png"
       plot_learning_curves(
         env,
         curves,
-        outdir / f"curves_{env}_episodes.png",
+        outdir / plots[f"{env}:episodes"],
         baseline=base,
         x="episodes",
       )

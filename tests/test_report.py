@@ -579,6 +579,21 @@ def test_arms_of_unequal_cost_are_compared_at_equal_episodes(tmp_path):
   )
   assert x.tolist() == [0.0, 6.0, 12.0]  # grpo_more's two seeds
   assert mean.tolist() == pytest.approx([0.05, 0.45, 0.6])
+  # An arm whose runs predate the counts: compared as before, and the
+  # plot against episodes, which would need every run's, is left out.
+  for seed in (0, 1):
+    name = f"lake/grpo_old/seed{seed}"
+    _write_run(root, name, [(0, 0.0, 0.0), (1, 0.1, 0.0), (2, 0.2, 0.0)])
+    runs.append(
+      {"name": name, "env": "lake", "estimator": "grpo_old", "seed": seed}
+    )
+  manifest["estimators"].append("grpo_old")
+  (root / "sweep.json").write_text(json.dumps(manifest))
+  s = report.write_report(str(root), str(tmp_path / "old"))
+  assert s["envs"]["lake"]["grpo_wide"]["equal_episodes_vs_baseline"] == wide
+  assert "equal_episodes_vs_baseline" not in s["envs"]["lake"]["grpo_old"]
+  assert not (tmp_path / "old" / "curves_lake_episodes.png").exists()
+  assert "_episodes.png" not in (tmp_path / "old" / "README.md").read_text()
 
 
 def test_runs_without_episode_counts_have_no_equal_episode_comparison(
