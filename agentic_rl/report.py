@@ -1445,14 +1445,13 @@ def _finding(
     if late
     else ""
   )
-  sides = {"above": "above 0", "below": "below 0", "covers": "covers 0"}
-  equal_text = (
-    f"; at equal training episodes ({equal['episodes']['mean']:.0f} each)"
-    f" {_ci(equal['success'])}"
-    + (f", {sides[_side(equal['success'])]}" if _side(equal["success"]) else "")
-    if equal
-    else ""
-  )
+  equal_text = ""
+  if equal:  # arms of unequal cost, read at the same episodes
+    side = _side(equal["success"])
+    equal_text = (
+      f"; at equal training episodes ({equal['episodes']['mean']:.0f} each)"
+      f" {_ci(equal['success'])}" + (f", {side} 0" if side else "")
+    )
   tasks_text = (
     f"; task by task over {_possessive(len(tasks['seeds']), 'seed')} final"
     f" evaluations, {_count(tasks['only_a'], 'task')} only {a} solved"
