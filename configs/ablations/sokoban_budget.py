@@ -1,0 +1,69 @@
+"""Sokoban: at a fixed budget of episodes, more RL steps or wider ones?
+
+  python scripts/sweep.py --config=configs/ablations/sokoban_budget.py \
+      --root=experiments/sokoban_budget/runs --workers=2
+
+Question: in experiments/sokoban_width, GiGPO playing 2x or 3x the tasks
+a step (`gigpo_2x`, `gigpo_wide`) beat plain GiGPO after 30 RL steps by
+6 and 9 points of late held-out success, but read at the most episodes
+both had played (1,920, plain GiGPO's whole run) the wide arm was 5
+points below plain, and 2x level with it. That reading stops where plain
+GiGPO stops. This sweep lets plain GiGPO play the wide arm's whole budget
+and asks which way of spending 5,760 episodes reaches more:
+
+  gigpo       `configs/sokoban.py:gigpo` (the baseline): 30 steps of 8
+              tasks x 8 episodes
+  gigpo_2x    16 tasks x 8 a step, minibatches 2x as large (sokoban_width)
+  gigpo_wide  24 tasks x 8 a step, minibatches 3x (sokoban_width)
+  gigpo_long  gigpo for 3x the steps (90): wide's episodes, in 3x the
+              optimizer updates of gigpo's size
+
+The task sampler draws one task at a time from one stream, so the long
+arm plays the wide arm's 720 tasks in the same order (8 a step, not 24),
+and its evaluations every 10 steps fall at 640-episode multiples: steps
+30, 60 and 90 are wide's steps 10, 20, 30 and 2x's steps 15, 30 in
+episodes played. The learning rate is constant (3e-4), so 90 steps run
+the same schedule longer. Everything else is sokoban_width's grid (shared
+SFT stages, rollout keys, 128 held-out levels): its gigpo, gigpo_2x and
+gigpo_wide runs are these arms' runs. `arg`: as `sokoban_reward_input`
+('', 'smoke' or 'seeds=N').
+
+Measured (6 seeds): experiments/sokoban_budget/.
+"""
+
+import ml_collections
+
+from configs import sokoban
+from configs.ablations import credit_assignment, sokoban_dynamic, sokoban_width
+
+ARMS = ("gigpo", "gigpo_2x", "gigpo_wide", "gigpo_long")
+# Besides every arm against gigpo: the long arm against each wider arm
+# (read at equal episodes, 3,840 and 5,760, by the report).
+PAIRS = ("gigpo_2x:gigpo_long", "gigpo_wide:gigpo_long")
+
+
+def arms(c: ml_collections.ConfigDict, rl_steps: int) -> dict:
+  """The wider arms (sokoban_width's, scaled from `c`), and gigpo for as
+  many steps as the widest arm's episodes take at gigpo's width."""
+  width = sokoban_width.arms(c)
+  return {
+    "gigpo_2x": width["gigpo_2x"],
+    "gigpo_wide": width["gigpo_wide"],
+    "gigpo_long": {
+      "variant": "gigpo",
+      "overrides": {"rl": {"steps": sokoban_dynamic.WIDE * rl_steps}},
+    },
+  }
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  seeds, smoke = credit_assignment.parse_arg(arg)
+  c = sokoban.get_config("gigpo,smoke" if smoke else "gigpo")
+  c.sweep = credit_assignment.one_env_sweep(
+    "sokoban_budget", "sokoban", ARMS, seeds, smoke
+  )
+  c.sweep.baseline = "gigpo"
+  c.sweep.pairs = PAIRS
+  steps = c.sweep.overrides.get("rl", {}).get("steps", c.rl.steps)
+  c.sweep.arms = arms(c, steps)
+  return c
