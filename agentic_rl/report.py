@@ -49,7 +49,7 @@ import math
 import os
 import pathlib
 import platform
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -116,6 +116,10 @@ class RunCurve:
   # SFT; a dynamic-sampling step counts every episode it played); empty
   # when the metrics lack the per-step counts.
   episodes: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+  # The scripted expert's held-out success within the run's limits
+  # (summary.json `expert_ceiling`: `success_rate`, `success_rate/d<k>`;
+  # runs from 2026-12-06 on), {} when not recorded or the env has none.
+  expert_ceiling: dict[str, float] = dataclasses.field(default_factory=dict)
 
   @property
   def final_solved(self) -> dict[str, bool] | None:
@@ -570,6 +574,11 @@ def load_run(root: str | os.PathLike, run: Mapping[str, Any]) -> RunCurve:
     machine_labels=machine_labels,
     solved=solved_by_step(summary),
     episodes=episodes_at(rows, steps),
+    expert_ceiling={
+      k: float(v)
+      for k, v in (summary.get("expert_ceiling") or {}).items()
+      if k.startswith("success_rate")
+    },
   )
 
 
@@ -712,6 +721,16 @@ def _equal_episodes(
   }
 
 
+def expert_ceiling_of(curves: Iterable[RunCurve]) -> dict[str, float]:
+  """The runs' mean `expert_ceiling` per key (the held-out tasks' and each
+  difficulty's), over the runs that recorded one with the same keys; {}
+  when none did."""
+  found = [c.expert_ceiling for c in curves if c.expert_ceiling]
+  if not found or len({tuple(sorted(f)) for f in found}) > 1:
+    return {}
+  return {k: float(np.mean([f[k] for f in found])) for k in sorted(found[0])}
+
+
 def summarize_env(
   curves: Sequence[RunCurve], baseline: str, threshold: float
 ) -> dict[str, Any]:
@@ -740,6 +759,9 @@ def summarize_env(
     peaks = [c.peak_rss_mib for c in runs.values() if c.peak_rss_mib]
     if peaks:  # and its memory: the largest run's peak decides what fits
       row["peak_rss_mib"] = {"max": max(peaks), "n": len(peaks)}
+    ceiling = expert_ceiling_of(runs.values())
+    if ceiling:
+      row["expert_ceiling"] = ceiling
     if est != baseline and baseline in per_seed:
       vs = _compare(
         by_est[baseline],
@@ -1266,6 +1288,11 @@ def _env_table(env: str, stats: Mapping[str, Any], baseline: str) -> str:
         f"{_ci(row[m])} | {_ci(vs[m]) if vs else 'baseline'}" for m in levels
       ]
       lines.append(f"| {est} | " + " | ".join(cells) + " |")
+  ceiling = next(
+    (r["expert_ceiling"] for r in stats.values() if "expert_ceiling" in r), {}
+  )
+  if ceiling:
+    lines += ["", _ceiling_sentence(ceiling)]
   if all("train_success_gain" in row for row in stats.values()):
     lines += [
       "",
@@ -1283,6 +1310,22 @@ def _env_table(env: str, stats: Mapping[str, Any], baseline: str) -> str:
         f" {_ci(vs['train_success_gain']) if vs else 'baseline'} |"
       )
   return "\n".join(lines)
+
+
+def _ceiling_sentence(ceiling: Mapping[str, float]) -> str:
+  levels = ", ".join(
+    f"{k.removeprefix('success_rate/')} {_fmt(v)}"
+    for k, v in ceiling.items()
+    if k.startswith("success_rate/")
+  )
+  return (
+    "Within the runs' limits (turn budget, context length, the"
+    " environment's step budget) the environment's scripted expert solves"
+    f" {_fmt(ceiling['success_rate'])} of the held-out tasks"
+    + (f" ({levels})" if levels else "")
+    + ": with an optimal expert on a deterministic environment, the most"
+    " any policy can solve (summary.json `expert_ceiling`, mean over runs)."
+  )
 
 
 def _pairs_table(env: str, pairs: Sequence[Mapping[str, Any]]) -> str:

@@ -1098,6 +1098,42 @@ def test_final_success_per_difficulty(tmp_path):
   assert "Δ d0" not in report._env_table("s", stats, "b")
 
 
+def test_expert_ceiling_is_read_averaged_and_stated(tmp_path):
+  ceilings = {  # summary.json `expert_ceiling` of each seed's run
+    0: {"success_rate": 0.75, "success_rate/d0": 1.0, "success_rate/d2": 0.5},
+    1: {"success_rate": 0.5, "success_rate/d0": 1.0, "success_rate/d2": 0.0},
+    2: {"error": "RuntimeError: boom"},  # a failed expert: not a ceiling
+  }
+  curves = []
+  for seed, ceiling in ceilings.items():
+    name = f"s/x/seed{seed}"
+    _write_run(tmp_path, name, [(0, 0.1, 0.0), (2, 0.5, 0.0)])
+    path = tmp_path / name / "summary.json"
+    summary = json.loads(path.read_text())
+    path.write_text(json.dumps({**summary, "expert_ceiling": ceiling}))
+    run = {"name": name, "env": "s", "estimator": "x", "seed": seed}
+    curves.append(report.load_run(tmp_path, run))
+  assert curves[0].expert_ceiling == ceilings[0]
+  assert curves[2].expert_ceiling == {}
+  assert report.expert_ceiling_of(curves) == {
+    "success_rate": 0.625,
+    "success_rate/d0": 1.0,
+    "success_rate/d2": 0.25,
+  }
+  stats = report.summarize_env(curves, "x", threshold=0.5)
+  assert stats["x"]["expert_ceiling"]["success_rate"] == 0.625
+  table = report._env_table("s", stats, "x")
+  assert "scripted expert solves 0.625 of the held-out tasks" in table
+  assert "(d0 1.000, d2 0.250)" in table
+  # runs whose ceilings name different difficulties, or none: no sentence
+  curves[1].expert_ceiling = {"success_rate": 0.5}
+  assert report.expert_ceiling_of(curves) == {}
+  assert report.expert_ceiling_of(curves[2:]) == {}
+  stats = report.summarize_env(curves, "x", threshold=0.5)
+  assert "expert_ceiling" not in stats["x"]
+  assert "scripted expert" not in report._env_table("s", stats, "x")
+
+
 def test_report_plots_and_tables_each_difficulty(tmp_path):
   root, runs = tmp_path / "cur", []
   for (est, seed), curve in CURVES.items():

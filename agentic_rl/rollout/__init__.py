@@ -19,6 +19,8 @@ from agentic_rl.rollout.driver import (
 from agentic_rl.rollout.evaluation import (
   eval_metrics,
   evaluate,
+  expert_ceiling,
+  fits_context,
   play,
   solved_by_task,
 )
@@ -39,7 +41,9 @@ __all__ = [
   "env_factory_from_options",
   "eval_metrics",
   "evaluate",
+  "expert_ceiling",
   "failure_codes",
+  "fits_context",
   "generated_tokens",
   "group_metrics",
   "make_samplers",

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import jax
 
 from agentic_rl.rewards.trace import trace_summary
+from agentic_rl.rollout.demos import NoExpertError, expert_trajectories
 from agentic_rl.rollout.driver import Rollout
 from agentic_rl.rollout.metrics import (
   failure_codes,
@@ -124,3 +125,62 @@ def eval_metrics(
   summary = trace_summary(trajectories, stack.success_threshold)
   out.update({f"trace/{k}": float(v) for k, v in summary.items()})
   return out
+
+
+def expert_ceiling(rollout: Rollout, tasks: Sequence[Task]) -> dict[str, float]:
+  """Success of the environment's scripted expert on `tasks` within the
+  limits `rollout` plays them under: its turn budget, its context length
+  (`fits_context`) and the environment's own step budget. No policy that
+  plays within those limits solves a task no path solves within them, so
+  for a deterministic environment with an optimal expert (Sokoban's A*)
+  this is the tasks' ceiling; on a stochastic one, the expert policy's
+  success on these draws (FrozenLake's value iteration, optimal in
+  expectation); with a heuristic expert, a lower bound on the ceiling.
+  The expert plays each task once, with the task's seed. Keys as `evaluate`'s:
+  `success_rate` and `success_rate/d<k>`; {} when the environment has no
+  expert."""
+  if not tasks:
+    raise ValueError("expert_ceiling needs at least one task, got none")
+  try:
+    demos = expert_trajectories(
+      tasks,
+      rollout.env_factory,
+      rollout.tokenizer,
+      rollout.config,
+      rollout.reward_stack,
+    )
+  except NoExpertError:
+    return {}
+  limit = min(
+    rollout.config.max_total_tokens, *(s.max_len for s in rollout.samplers)
+  )
+  wins = collections.defaultdict(list)
+  for t in demos:
+    won = rollout.reward_stack.succeeded(t) and fits_context(
+      t, limit, rollout.config.max_new_tokens
+    )
+    wins[None].append(won)
+    wins[t.task.difficulty].append(won)
+  out = {"success_rate": sum(wins.pop(None)) / len(demos)}
+  for d, won in sorted(wins.items()):
+    out[f"success_rate/d{d}"] = sum(won) / len(won)
+  return out
+
+
+def fits_context(
+  trajectory: Trajectory, limit: int, max_new_tokens: int
+) -> bool:
+  """Whether `Rollout` could hold this episode's tokens: the prompt and
+  each observation leave a position free below `limit`, and each action
+  fits its turn budget and the context left (the driver's overflow
+  rules)."""
+  stream = 0
+  for turn in trajectory.turns:
+    stream += len(turn.obs_tokens)
+    if stream >= limit:
+      return False
+    action = len(turn.action_tokens)
+    if action > max_new_tokens or stream + action > limit:
+      return False
+    stream += action
+  return True

@@ -74,6 +74,7 @@ from agentic_rl.rollout import (
   RolloutConfig,
   env_factory_from_options,
   eval_metrics,
+  expert_ceiling,
   group_metrics,
   make_samplers,
   play,
@@ -1495,6 +1496,16 @@ def _rl_vs_sft_by_difficulty(
   return {d: paired.to_dict() for d, paired in by.items()}
 
 
+def _expert_ceiling(run: Run) -> dict[str, Any]:
+  """The held-out tasks' `rollout.expert_ceiling` under the run's limits
+  (a trained run's summary is not lost to an expert that fails: its
+  error is recorded instead)."""
+  try:
+    return expert_ceiling(run.rollout, run.eval_tasks)
+  except Exception as e:  # noqa: BLE001 - a diagnostic, after training
+    return {"error": f"{type(e).__name__}: {e}"}
+
+
 def _summary(run: Run) -> dict[str, Any]:
   evals = run.host["evals"]
   before = next((e for e in evals if e["phase"] == "sft"), None)
@@ -1516,6 +1527,7 @@ def _summary(run: Run) -> dict[str, Any]:
     "rl_teacher": run.host.get("rl_teacher"),
     "critic_params": run.critic and count_params(run.critic.model),
     "evals": evals,
+    "expert_ceiling": _expert_ceiling(run),
     "machines": run.host.get("machines", []),
     "params": count_params(run.state.model),
     "step": int(jnp.asarray(run.state.step)),

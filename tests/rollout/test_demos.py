@@ -126,3 +126,90 @@ def test_turn_fit_matches_each_episode_scored_alone():
     greedy.append(int(jax.numpy.argmax(logits)))
   mine = Trajectory(task=None, group_id=0, turns=[Turn(obs, greedy, [0.0] * 3)])
   assert turn_fit(model, [mine], pad_id=0)[0]["exact"] == 1.0
+
+
+def _sokoban_rollout(max_steps, max_turns, max_len=2048):
+  from agentic_rl import models
+  from agentic_rl.rollout import Rollout
+  from agentic_rl.sampling import Sampler
+
+  sampler = Sampler(models.build("tiny", 0), num_slots=1, max_len=max_len)
+  factory = env_factory_from_options(
+    {"sokoban": {"instructions": False, "max_steps": max_steps}}
+  )
+  stack = rewards.from_config(rewards.default_config())
+  config = RolloutConfig(max_turns=max_turns, max_total_tokens=4096)
+  return Rollout(sampler, build_env_tokenizer(), factory, stack, config)
+
+
+def test_expert_ceiling_counts_the_levels_solvable_within_the_limits():
+  from agentic_rl.rollout import expert_ceiling
+
+  env = envs.make("sokoban")
+  tasks = [env.generate_task(s, d) for d in (1, 2) for s in range(24)]
+  optimal = [t.payload["optimal_moves"] for t in tasks]
+  assert min(optimal) <= 9 < max(optimal)  # the budgets below cut some
+
+  def rate(tasks, budget):  # A*'s optimum, recorded by the generator
+    return sum(t.payload["optimal_moves"] <= budget for t in tasks) / len(tasks)
+
+  d2 = [t for t in tasks if t.difficulty == 2]
+  # the turn budget (one move a turn), then the env's own step budget
+  for max_steps, max_turns, budget in ((100, 9, 9), (9, 100, 9), (20, 12, 12)):
+    got = expert_ceiling(_sokoban_rollout(max_steps, max_turns), tasks)
+    assert got["success_rate"] == rate(tasks, budget)
+    assert got["success_rate/d2"] == rate(d2, budget)
+    assert got["success_rate/d1"] == rate(tasks[:24], budget)
+  assert expert_ceiling(_sokoban_rollout(100, 100), tasks)["success_rate"] == 1
+  # a context the episodes do not fit in: nothing is solvable
+  short = _sokoban_rollout(100, 100, max_len=64)
+  assert expert_ceiling(short, tasks) == {
+    "success_rate": 0.0,
+    "success_rate/d1": 0.0,
+    "success_rate/d2": 0.0,
+  }
+
+
+def test_expert_ceiling_without_an_expert_is_empty():
+  from agentic_rl.rollout import expert_ceiling
+
+  rollout = _sokoban_rollout(10, 10)
+
+  class NoExpert(envs.Environment):
+    def generate_task(self, seed, difficulty=0):
+      raise AssertionError
+
+    def reset(self, task, seed=0):
+      return "obs"
+
+    def step(self, action_text):
+      raise AssertionError
+
+  task = envs.make("sokoban").generate_task(0, 0)
+  rollout.env_factory = lambda t: NoExpert()
+  assert expert_ceiling(rollout, [task]) == {}
+  with pytest.raises(ValueError, match="at least one task"):
+    expert_ceiling(rollout, [])
+
+
+def test_fits_context_follows_the_rollout_overflow_rules():
+  from agentic_rl.rollout import fits_context
+  from agentic_rl.types import Trajectory, Turn
+
+  env = envs.make("sokoban")
+
+  def episode(*lengths):  # (observation, action) token counts a turn
+    turns = [
+      Turn(obs_tokens=[1] * o, action_tokens=[2] * a, action_logp=[0.0] * a)
+      for o, a in lengths
+    ]
+    return Trajectory(task=env.generate_task(0, 0), group_id=0, turns=turns)
+
+  ep = episode((10, 3), (4, 3))  # 20 tokens in all
+  assert fits_context(ep, 20, 8)  # the last action may end at the limit
+  assert not fits_context(ep, 19, 8)
+  assert not fits_context(ep, 20, 2)  # an action over the turn budget
+  # an observation must leave a position free for the next action
+  assert not fits_context(episode((10, 3), (7, 1)), 20, 8)
+  assert fits_context(episode((10, 3), (6, 1)), 20, 8)
+  assert not fits_context(episode((20, 1)), 20, 8)  # the prompt alone

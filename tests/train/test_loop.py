@@ -16,6 +16,7 @@ from agentic_rl import losses, machine, models
 from agentic_rl import sharding as shd
 from agentic_rl.data import pool as pool_lib
 from agentic_rl.data import trajectory_io
+from agentic_rl.envs import sokoban as sokoban_env
 from agentic_rl.models.config import SHAPE_FIELDS
 from agentic_rl.models.tokenizer import build_env_tokenizer
 from agentic_rl.train import critic as critic_lib
@@ -107,6 +108,14 @@ def test_smoke_run_writes_everything(straight):
   assert paired["rate_b"] == summary["success_after_rl"]
   assert 0.0 <= paired["p_value"] <= 1.0
   assert summary["rl_vs_sft_by_difficulty"] is None  # one difficulty
+  # The scripted expert within the run's limits: the smoke config's 3
+  # turns of one move are fewer than any difficulty-0 level needs (4+).
+  turns = loop.run_config(workdir).rollout.max_turns
+  assert turns == 3 < sokoban_env.DIFFICULTIES[0][-1]
+  assert summary["expert_ceiling"] == {
+    "success_rate": 0.0,
+    "success_rate/d0": 0.0,
+  }
   # The machine it ran on, recorded at launch, from the start of SFT.
   (here,) = summary["machines"]
   assert here["key"] == machine.describe()["key"]
@@ -940,6 +949,47 @@ def test_evaluate_checkpoints_repeats_the_runs_evaluation_per_difficulty(
   assert got["paired"][name] == summary["rl_vs_sft"]
   assert got["paired_by_difficulty"][name] == summary["rl_vs_sft_by_difficulty"]
   assert "| 1, d1 | 2 |" in done.stdout
+
+
+def test_expert_ceiling_script_plays_the_expert_within_a_config(tmp_path):
+  """scripts/expert_ceiling.py: the share of a config's training levels
+  whose optimal solution (A*, kept in each level) fits its turn budget,
+  per difficulty, for a config file with overrides and for a run's own
+  recorded config."""
+  config = sokoban.get_config("gigpo,smoke,curriculum")
+  config.rollout.max_turns = 6  # some levels need more moves
+  train = loop.task_pool(config).split("train")
+  expect = {}
+  for d in (0, 1):
+    fits = [t.payload["optimal_moves"] <= 6 for t in train if t.difficulty == d]
+    expect[f"success_rate/d{d}"] = sum(fits) / len(fits)
+  assert 0 < min(expect.values()) and min(expect.values()) < 1
+  script = pathlib.Path(__file__).parents[2] / "scripts" / "expert_ceiling.py"
+  run_dir = tmp_path / "run"
+  run_dir.mkdir()
+  (run_dir / "config.json").write_text(config.to_json_best_effort())
+  for source in (
+    ["--config=configs/sokoban.py:gigpo,smoke,curriculum"]
+    + ["--config.rollout.max_turns=6"],
+    [f"--run={run_dir}"],
+  ):
+    out = tmp_path / "ceiling.json"
+    done = subprocess.run(
+      [sys.executable, str(script), *source, "--split=train", f"--out={out}"],
+      capture_output=True,
+      text=True,
+      check=True,
+      cwd=pathlib.Path(__file__).parents[2],
+    )
+    got = json.loads(out.read_text())
+    assert got["tasks"] == len(train) == 16
+    for key, rate in expect.items():
+      assert got[key] == rate, key
+    assert got["success_rate"] == np.mean(
+      [t.payload["optimal_moves"] <= 6 for t in train]
+    )
+    row = f"| train | 16 | d1 | {expect['success_rate/d1']:.4f} |"
+    assert row in done.stdout
 
 
 def test_a_run_checkpointed_by_optimizer_step_is_not_resumed(tmp_path):
