@@ -45,18 +45,21 @@ def test_demos_solve_and_use_the_rollout_framing(family, options):
     assert all(t.failure is None for t in demo.turns)
 
 
+class NoExpert(envs.Environment):
+  """An environment without a scripted expert."""
+
+  def generate_task(self, seed, difficulty=0):
+    raise AssertionError
+
+  def reset(self, task, seed=0):
+    return "obs"
+
+  def step(self, action_text):
+    raise AssertionError
+
+
 def test_environment_without_expert_is_a_named_error():
   tokenizer = build_env_tokenizer()
-
-  class NoExpert(envs.Environment):
-    def generate_task(self, seed, difficulty=0):
-      raise AssertionError
-
-    def reset(self, task, seed=0):
-      return "obs"
-
-    def step(self, action_text):
-      raise AssertionError
 
   task = envs.make("sokoban").generate_task(0, 0)
   with pytest.raises(NoExpertError, match="NoExpert"):
@@ -174,16 +177,6 @@ def test_expert_ceiling_without_an_expert_is_empty():
   from agentic_rl.rollout import expert_ceiling
 
   rollout = _sokoban_rollout(10, 10)
-
-  class NoExpert(envs.Environment):
-    def generate_task(self, seed, difficulty=0):
-      raise AssertionError
-
-    def reset(self, task, seed=0):
-      return "obs"
-
-    def step(self, action_text):
-      raise AssertionError
 
   task = envs.make("sokoban").generate_task(0, 0)
   rollout.env_factory = lambda t: NoExpert()
