@@ -277,6 +277,22 @@ def success_at_equal_episodes(
   )
 
 
+def success_at_episodes(
+  curve: RunCurve, budgets: Sequence[float]
+) -> dict[float, float]:
+  """Held-out success of `curve` read at each budget of training episodes
+  it reached (linearly between its evaluations around it, as
+  `success_at_equal_episodes`); budgets past its last evaluation, or all
+  of them when the run lacks episode counts, are left out."""
+  if not curve.episodes.size:
+    return {}
+  return {
+    float(e): float(np.interp(e, curve.episodes, curve.success))
+    for e in budgets
+    if 0 <= e <= curve.episodes[-1]
+  }
+
+
 def paired_difference(
   treated: Mapping[int, float], baseline: Mapping[int, float]
 ) -> Interval:

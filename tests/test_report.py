@@ -596,6 +596,65 @@ def test_arms_of_unequal_cost_are_compared_at_equal_episodes(tmp_path):
   assert "_episodes.png" not in (tmp_path / "old" / "README.md").read_text()
 
 
+def test_at_episodes_reads_every_arm_at_each_budget(tmp_path):
+  """scripts/at_episodes.py: each arm read at fixed episode budgets (its
+  curve interpolated between evaluations, budgets past its end left out),
+  paired with the first arm on the seeds both reached, by hand."""
+  root = tmp_path / "w"
+  arms = {  # arm: (episodes a step or None, success at steps 0-2 by seed)
+    "grpo": (4, {0: (0.0, 0.2, 0.4), 1: (0.1, 0.3, 0.5)}),
+    "grpo_wide": (8, {0: (0.0, 0.5, 0.7), 1: (0.1, 0.7, 0.8)}),
+    "grpo_old": (None, {0: (0.0, 0.1, 0.2)}),  # no episode counts
+  }
+  runs = []
+  for arm, (per_step, by_seed) in arms.items():
+    for seed, success in by_seed.items():
+      name = f"lake/{arm}/seed{seed}"
+      curve = [(i, v, 0.0) for i, v in enumerate(success)]
+      _write_run(root, name, curve, episodes=per_step)
+      runs.append({"name": name, "env": "lake", "estimator": arm, "seed": seed})
+  manifest = {
+    "name": "budget",
+    "envs": ["lake"],
+    "estimators": list(arms),
+    "seeds": [0, 1],
+    "baseline": "grpo",
+    "runs": runs,
+  }
+  (root / "sweep.json").write_text(json.dumps(manifest))
+  wide0 = report.load_run(root, runs[2])
+  # episodes 0, 8, 16: 4 halfway to step 1, 12 halfway to step 2, 20 past
+  assert report.success_at_episodes(wide0, [4, 12, 20]) == pytest.approx(
+    {4.0: 0.25, 12.0: 0.6}
+  )
+  assert report.success_at_episodes(report.load_run(root, runs[4]), [4]) == {}
+  out = tmp_path / "at.json"
+  done = subprocess.run(
+    [
+      sys.executable,
+      str(pathlib.Path(__file__).parents[1] / "scripts" / "at_episodes.py"),
+      str(root),
+      "--episodes=4,8,12",
+      f"--json={out}",
+    ],
+    capture_output=True,
+    text=True,
+    check=True,
+  )
+  got = json.loads(out.read_text())
+  assert set(got["grpo"]) == {"4", "8"}  # grpo ends at 8 episodes
+  assert got["grpo"]["4"]["per_seed"] == {"0": 0.2, "1": 0.3}
+  wide = got["grpo_wide"]
+  assert wide["4"]["per_seed"] == pytest.approx({"0": 0.25, "1": 0.4})
+  assert wide["4"]["vs_first"]["mean"] == pytest.approx(0.075)
+  assert wide["8"]["vs_first"]["mean"] == pytest.approx(0.15)  # as the report
+  assert wide["12"]["success"]["mean"] == pytest.approx(0.675)
+  assert wide["12"]["vs_first"] is None  # grpo never reached 12
+  assert got["grpo_old"] == {}
+  assert "| grpo_wide | 32.5 [" in done.stdout  # 4 episodes, in points
+  assert "+7.5 [" in done.stdout
+
+
 def test_runs_without_episode_counts_have_no_equal_episode_comparison(
   sweep_root, tmp_path
 ):
