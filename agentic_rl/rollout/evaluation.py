@@ -136,9 +136,9 @@ def expert_ceiling(rollout: Rollout, tasks: Sequence[Task]) -> dict[str, float]:
   this is the tasks' ceiling; on a stochastic one, the expert policy's
   success on these draws (FrozenLake's value iteration, optimal in
   expectation); with a heuristic expert, a lower bound on the ceiling.
-  The expert plays each task once, with the task's seed. Keys as `evaluate`'s:
-  `success_rate` and `success_rate/d<k>`; {} when the environment has no
-  expert."""
+  The expert plays each task once, with the task's seed. Keys as
+  `evaluate`'s: `success_rate` and `success_rate/d<k>`; {} when the
+  environment has no expert."""
   if not tasks:
     raise ValueError("expert_ceiling needs at least one task, got none")
   try:
@@ -154,16 +154,17 @@ def expert_ceiling(rollout: Rollout, tasks: Sequence[Task]) -> dict[str, float]:
   limit = min(
     rollout.config.max_total_tokens, *(s.max_len for s in rollout.samplers)
   )
-  wins = collections.defaultdict(list)
-  for t in demos:
-    won = rollout.reward_stack.succeeded(t) and fits_context(
-      t, limit, rollout.config.max_new_tokens
-    )
-    wins[None].append(won)
-    wins[t.task.difficulty].append(won)
-  out = {"success_rate": sum(wins.pop(None)) / len(demos)}
-  for d, won in sorted(wins.items()):
-    out[f"success_rate/d{d}"] = sum(won) / len(won)
+  solved = [
+    rollout.reward_stack.succeeded(t)
+    and fits_context(t, limit, rollout.config.max_new_tokens)
+    for t in demos
+  ]
+  by_difficulty = collections.defaultdict(list)
+  for t, won in zip(demos, solved, strict=True):
+    by_difficulty[t.task.difficulty].append(won)
+  out = {"success_rate": sum(solved) / len(solved)}
+  for d, wins in sorted(by_difficulty.items()):
+    out[f"success_rate/d{d}"] = sum(wins) / len(wins)
   return out
 
 

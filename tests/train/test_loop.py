@@ -6,6 +6,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import types
 
 import jax
 import numpy as np
@@ -949,6 +950,18 @@ def test_evaluate_checkpoints_repeats_the_runs_evaluation_per_difficulty(
   assert got["paired"][name] == summary["rl_vs_sft"]
   assert got["paired_by_difficulty"][name] == summary["rl_vs_sft_by_difficulty"]
   assert "| 1, d1 | 2 |" in done.stdout
+
+
+def test_a_failing_expert_leaves_an_error_in_the_summary(monkeypatch):
+  """The ceiling is computed after training: an expert that raises is
+  recorded by name, and the summary is still written."""
+
+  def broken(rollout, tasks):
+    raise RuntimeError("solver crashed")
+
+  monkeypatch.setattr(loop, "expert_ceiling", broken)
+  run = types.SimpleNamespace(rollout=None, eval_tasks=[])
+  assert loop._expert_ceiling(run) == {"error": "RuntimeError: solver crashed"}
 
 
 def test_expert_ceiling_script_plays_the_expert_within_a_config(tmp_path):
