@@ -85,7 +85,7 @@ def table(stats: dict[str, dict], budgets: list[str]) -> str:
       n = len(r["per_seed"])
       vs = "(first)" if arm == first else "–"
       if r["vs_first"] is not None:
-        vs = _ci(r["vs_first"], sign="+")
+        vs = f"{_ci(r['vs_first'], sign='+')} (n={r['vs_first']['n']})"
       cells.append(f"{_ci(r['success'])} (n={n}) | {vs}")
     lines.append(f"| {arm} | " + " | ".join(cells) + " |")
   return "\n".join(lines)

@@ -652,7 +652,7 @@ def test_at_episodes_reads_every_arm_at_each_budget(tmp_path):
   assert wide["12"]["vs_first"] is None  # grpo never reached 12
   assert got["grpo_old"] == {}
   assert "| grpo_wide | 32.5 [" in done.stdout  # 4 episodes, in points
-  assert "+7.5 [" in done.stdout
+  assert re.search(r"\| \+7\.5 \[[-+.\d]+, [-+.\d]+\] \(n=2\) \|", done.stdout)
 
 
 def test_runs_without_episode_counts_have_no_equal_episode_comparison(
