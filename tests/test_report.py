@@ -508,6 +508,19 @@ def test_sweep_pairs_are_reported_arm_against_arm(sweep_root, tmp_path):
       report.write_report(str(sweep_root), str(tmp_path / "c"), pairs=[bad])
 
 
+def _write_arms(root, arms) -> list[dict]:
+  """Runs of env "lake" for {arm: (episodes a step or None, {seed:
+  held-out success at RL steps 0, 1, ...})}; their manifest entries."""
+  runs = []
+  for arm, (per_step, by_seed) in arms.items():
+    for seed, success in by_seed.items():
+      name = f"lake/{arm}/seed{seed}"
+      curve = [(i, v, 0.0) for i, v in enumerate(success)]
+      _write_run(root, name, curve, episodes=per_step)
+      runs.append({"name": name, "env": "lake", "estimator": arm, "seed": seed})
+  return runs
+
+
 def test_arms_of_unequal_cost_are_compared_at_equal_episodes(tmp_path):
   """An arm that plays more episodes a step is also read at the episodes
   both arms of a pair played (its curve interpolated between
@@ -519,13 +532,7 @@ def test_arms_of_unequal_cost_are_compared_at_equal_episodes(tmp_path):
     "grpo_more": (6, {0: (0.0, 0.3, 0.6), 1: (0.1, 0.6, 0.6)}),
     "grpo_same": (4, {0: (0.0, 0.1, 0.2), 1: (0.1, 0.1, 0.1)}),
   }
-  runs = []
-  for arm, (per_step, by_seed) in arms.items():
-    for seed, success in by_seed.items():
-      name = f"lake/{arm}/seed{seed}"
-      curve = [(i, v, 0.0) for i, v in enumerate(success)]
-      _write_run(root, name, curve, episodes=per_step)
-      runs.append({"name": name, "env": "lake", "estimator": arm, "seed": seed})
+  runs = _write_arms(root, arms)
   manifest = {
     "name": "width",
     "config": "width.py",
@@ -606,13 +613,7 @@ def test_at_episodes_reads_every_arm_at_each_budget(tmp_path):
     "grpo_wide": (8, {0: (0.0, 0.5, 0.7), 1: (0.1, 0.7, 0.8)}),
     "grpo_old": (None, {0: (0.0, 0.1, 0.2)}),  # no episode counts
   }
-  runs = []
-  for arm, (per_step, by_seed) in arms.items():
-    for seed, success in by_seed.items():
-      name = f"lake/{arm}/seed{seed}"
-      curve = [(i, v, 0.0) for i, v in enumerate(success)]
-      _write_run(root, name, curve, episodes=per_step)
-      runs.append({"name": name, "env": "lake", "estimator": arm, "seed": seed})
+  runs = _write_arms(root, arms)
   manifest = {
     "name": "budget",
     "envs": ["lake"],
