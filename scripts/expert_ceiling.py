@@ -11,9 +11,9 @@ scratch workdir and plays the environment's expert (`rollout.
 expert_ceiling`) on the held-out tasks (`--split=eval`, `tasks.
 eval_counts` per difficulty) or the training tasks (`--split=train`),
 under the rollout's turn budget and context length and the environment's
-step budget. Prints the rate overall and per
-difficulty, and, with --out, writes them as JSON. Every RL run also keeps
-its held-out ceiling in summary.json (`expert_ceiling`).
+step budget. Prints the rate overall and per difficulty, and, with --out,
+writes them as JSON. Every RL run also keeps its held-out ceiling in
+summary.json (`expert_ceiling`).
 """
 
 import json
@@ -45,7 +45,7 @@ def main(argv):
     tasks = run.eval_tasks if _SPLIT.value == "eval" else list(run.train_pool)
     ceiling = rollout.expert_ceiling(run.rollout, tasks)
   if not ceiling:
-    raise SystemExit(f"{run.config.env.name}: the environment has no expert")
+    raise SystemExit(f"{config.env.name}: the environment has no expert")
   print("| split | tasks | difficulty | expert success |\n|---|---|---|---|")
   for key, rate in ceiling.items():
     level = key.removeprefix("success_rate").lstrip("/") or "all"
