@@ -258,32 +258,13 @@ def run_machines(
   return tuple(r["key"] for r in record), labels
 
 
-def success_at_equal_episodes(
-  a: RunCurve, b: RunCurve
-) -> tuple[float, float, float] | None:
-  """(E, A's held-out success at E, B's): E is the most training episodes
-  both runs played, each curve read there (linearly between its two
-  evaluations around E; exactly where E falls on one, as when one arm
-  plays k times the other's episodes a step). None if either run lacks
-  episode counts. Two arms of unequal cost per step compared at equal
-  data, not at equal steps."""
-  if not a.episodes.size or not b.episodes.size:
-    return None
-  budget = float(min(a.episodes[-1], b.episodes[-1]))
-  return (
-    budget,
-    float(np.interp(budget, a.episodes, a.success)),
-    float(np.interp(budget, b.episodes, b.success)),
-  )
-
-
 def success_at_episodes(
   curve: RunCurve, budgets: Sequence[float]
 ) -> dict[float, float]:
   """Held-out success of `curve` read at each budget of training episodes
-  it reached (linearly between its evaluations around it, as
-  `success_at_equal_episodes`); budgets past its last evaluation, or all
-  of them when the run lacks episode counts, are left out."""
+  it reached (linearly between its evaluations around it; exactly where a
+  budget falls on one); budgets past its last evaluation, or all of them
+  when the run lacks episode counts, are left out."""
   if not curve.episodes.size:
     return {}
   return {
@@ -291,6 +272,23 @@ def success_at_episodes(
     for e in budgets
     if 0 <= e <= curve.episodes[-1]
   }
+
+
+def success_at_equal_episodes(
+  a: RunCurve, b: RunCurve
+) -> tuple[float, float, float] | None:
+  """(E, A's held-out success at E, B's): E is the most training episodes
+  both runs played, each curve read there (`success_at_episodes`: linearly
+  between its two evaluations around E; exactly where E falls on one, as
+  when one arm plays k times the other's episodes a step). None if either
+  run lacks episode counts. Two arms of unequal cost per step compared at
+  equal data, not at equal steps."""
+  if not a.episodes.size or not b.episodes.size:
+    return None
+  budget = float(min(a.episodes[-1], b.episodes[-1]))
+  (at_a,) = success_at_episodes(a, [budget]).values()
+  (at_b,) = success_at_episodes(b, [budget]).values()
+  return budget, at_a, at_b
 
 
 def paired_difference(

@@ -35,17 +35,21 @@ def at_episodes(
   for c in curves:
     if c.estimator in by_arm:
       by_arm[c.estimator][c.seed] = report.success_at_episodes(c, budgets)
+
+  def reached(arm: str, e: float) -> dict[int, float]:
+    return {s: r[e] for s, r in by_arm[arm].items() if e in r}
+
+  firsts = {e: reached(arms[0], e) for e in budgets}
   out: dict[str, dict] = {}
   for arm in arms:
     out[arm] = {}
     for e in budgets:
-      seeds = {s: r[e] for s, r in by_arm[arm].items() if e in r}
+      seeds = reached(arm, e)
       if not seeds:
         continue
-      first = {s: r[e] for s, r in by_arm[arms[0]].items() if e in r}
       vs = None
-      if arm != arms[0] and len(set(seeds) & set(first)) > 0:
-        vs = report.paired_difference(seeds, first).to_dict()
+      if arm != arms[0] and set(seeds) & set(firsts[e]):
+        vs = report.paired_difference(seeds, firsts[e]).to_dict()
       out[arm][label(e)] = {
         "per_seed": {str(s): v for s, v in sorted(seeds.items())},
         "success": report.t_interval(list(seeds.values())).to_dict(),

@@ -103,12 +103,9 @@ def eval_metrics(
   stack = rollout.reward_stack
   n = len(trajectories)
   out = rollout_metrics(trajectories, seconds)
-  out["success_rate"] = sum(stack.succeeded(t) for t in trajectories) / n
-  by_difficulty = collections.defaultdict(list)
-  for t in trajectories:
-    by_difficulty[t.task.difficulty].append(stack.succeeded(t))
-  for d, wins in sorted(by_difficulty.items()):
-    out[f"success_rate/d{d}"] = sum(wins) / len(wins)
+  out.update(
+    success_rates(trajectories, [stack.succeeded(t) for t in trajectories])
+  )
   out["return_mean"] = (
     sum(sum(turn.reward for turn in t.turns) for t in trajectories) / n
   )
@@ -159,8 +156,16 @@ def expert_ceiling(rollout: Rollout, tasks: Sequence[Task]) -> dict[str, float]:
     and fits_context(t, limit, rollout.config.max_new_tokens)
     for t in demos
   ]
+  return success_rates(demos, solved)
+
+
+def success_rates(
+  trajectories: Sequence[Trajectory], solved: Sequence[bool]
+) -> dict[str, float]:
+  """`success_rate` over the episodes and `success_rate/d<k>` over those
+  of each task difficulty k, from each episode's verdict."""
   by_difficulty = collections.defaultdict(list)
-  for t, won in zip(demos, solved, strict=True):
+  for t, won in zip(trajectories, solved, strict=True):
     by_difficulty[t.task.difficulty].append(won)
   out = {"success_rate": sum(solved) / len(solved)}
   for d, wins in sorted(by_difficulty.items()):
