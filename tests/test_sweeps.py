@@ -1052,12 +1052,14 @@ def test_warmup_sweep_changes_one_override_an_arm():
   assert warm["rl.optimizer.warmup_steps"] == "10"
 
 
-def test_budget_sweep_gives_plain_gigpo_the_wide_arms_episodes():
-  """sokoban_budget: plain GiGPO for 3x the steps (the wide arm's episodes
-  at gigpo's width) beside sokoban_width's own 2x and wide runs."""
+def test_budget_sweep_gives_plain_arms_the_wide_arms_episodes():
+  """sokoban_budget: plain GiGPO and GRPO for 3x the steps (the wide
+  arms' episodes at the plain width) beside sokoban_width's and
+  sokoban_dynamic's own wider runs."""
   runs = _runs_by_name("configs/ablations/sokoban_budget.py")
   width = _runs_by_name("configs/ablations/sokoban_width.py")
-  assert len(runs) == 3 + 3 * 4
+  dynamic = _runs_by_name("configs/ablations/sokoban_dynamic.py")
+  assert len(runs) == 3 + 3 * 7
   sweep = sweeps.load_config("configs/ablations/sokoban_budget.py").sweep
   pairs = sweeps.parse_pairs(sweep.pairs, sweep.estimators)
   assert {e for p in pairs for e in p} == set(sweep.estimators) - {"gigpo"}
@@ -1065,18 +1067,24 @@ def test_budget_sweep_gives_plain_gigpo_the_wide_arms_episodes():
     for name in ("sft", "gigpo", "gigpo_2x", "gigpo_wide"):
       run = f"sokoban/{name}/seed{seed}"
       assert runs[run] == width[run]
-    plain = dict(runs[f"sokoban/gigpo/seed{seed}"].overrides)
-    long = dict(runs[f"sokoban/gigpo_long/seed{seed}"].overrides)
-    wide = dict(runs[f"sokoban/gigpo_wide/seed{seed}"].overrides)
-    # the one change: 3x the steps, so the wide arm's episodes
-    assert long == {**plain, "rl.steps": "90"}
-    assert int(long["rl.steps"]) * 8 == int(plain["rl.steps"]) * int(
-      wide["rl.tasks_per_step"]
-    )
+    for name in ("grpo", "grpo_wide"):
+      run = f"sokoban/{name}/seed{seed}"
+      assert runs[run] == dynamic[run]
+    for estimator in ("gigpo", "grpo"):
+      plain = dict(runs[f"sokoban/{estimator}/seed{seed}"].overrides)
+      long = dict(runs[f"sokoban/{estimator}_long/seed{seed}"].overrides)
+      wide = dict(runs[f"sokoban/{estimator}_wide/seed{seed}"].overrides)
+      # the one change: 3x the steps, so the wide arm's episodes
+      assert long == {**plain, "rl.steps": "90"}
+      assert int(long["rl.steps"]) * 8 == int(plain["rl.steps"]) * int(
+        wide["rl.tasks_per_step"]
+      )
+    assert runs[f"sokoban/grpo_long/seed{seed}"].config_arg == "grpo"
   smoke = _runs_by_name("configs/ablations/sokoban_budget.py:smoke")
-  smoke_long = dict(smoke["sokoban/gigpo_long/seed0"].overrides)
   smoke_steps = sweeps.load_config("configs/sokoban.py:gigpo,smoke").rl.steps
-  assert smoke_long["rl.steps"] == str(3 * smoke_steps)
+  for arm in ("gigpo_long", "grpo_long"):
+    smoke_long = dict(smoke[f"sokoban/{arm}/seed0"].overrides)
+    assert smoke_long["rl.steps"] == str(3 * smoke_steps)
 
 
 def test_sweep_pairs_are_checked_and_kept_in_the_manifest(tmp_path):

@@ -17,6 +17,13 @@ and asks which way of spending 5,760 episodes reaches more:
   gigpo_wide  24 tasks x 8 a step, minibatches 3x (sokoban_width)
   gigpo_long  gigpo for 3x the steps (90): wide's episodes, in 3x the
               optimizer updates of gigpo's size
+  grpo, grpo_wide, grpo_long
+              the same for GRPO (`configs/sokoban.py:grpo`; its wide arm
+              is sokoban_dynamic's, 24 tasks a step): does GRPO also
+              follow the episodes played, and does GiGPO's per-turn
+              credit, level with GRPO's after 30 steps of 8 tasks
+              (experiments/sokoban_reward_input), pull ahead when both
+              play 5,760 episodes?
 
 The task sampler draws one task at a time from one stream, so the long
 arm plays the wide arm's 720 tasks in the same order (8 a step, not 24),
@@ -25,7 +32,8 @@ and its evaluations every 10 steps fall at 640-episode multiples: steps
 episodes played. The learning rate is constant (3e-4), so 90 steps run
 the same schedule longer. Everything else is sokoban_width's grid (shared
 SFT stages, rollout keys, 128 held-out levels): its gigpo, gigpo_2x and
-gigpo_wide runs are these arms' runs. `arg`: as `sokoban_reward_input`
+gigpo_wide runs are these arms' runs, and sokoban_dynamic's grpo and
+grpo_wide runs (the same grid) the GRPO arms'. `arg`: as `sokoban_reward_input`
 ('', 'smoke' or 'seeds=N').
 
 Measured (6 seeds): experiments/sokoban_budget/.
@@ -36,23 +44,39 @@ import ml_collections
 from configs import sokoban
 from configs.ablations import credit_assignment, sokoban_dynamic, sokoban_width
 
-ARMS = ("gigpo", "gigpo_2x", "gigpo_wide", "gigpo_long")
-# Besides every arm against gigpo: the long arm against each wider arm
-# (read at equal episodes, 3,840 and 5,760, by the report).
-PAIRS = ("gigpo_2x:gigpo_long", "gigpo_wide:gigpo_long")
+ARMS = (
+  "gigpo",
+  "gigpo_2x",
+  "gigpo_wide",
+  "gigpo_long",
+  "grpo",
+  "grpo_wide",
+  "grpo_long",
+)
+# Besides every arm against gigpo: each long arm against its wider arms
+# (read at equal episodes, 3,840 and 5,760, by the report), then GRPO
+# against GiGPO at each way of spending the episodes.
+PAIRS = (
+  "gigpo_2x:gigpo_long",
+  "gigpo_wide:gigpo_long",
+  "grpo:grpo_long",
+  "grpo_wide:grpo_long",
+  "grpo_long:gigpo_long",
+)
 
 
 def arms(c: ml_collections.ConfigDict, rl_steps: int) -> dict:
-  """The wider arms (sokoban_width's, scaled from `c`), and gigpo for as
-  many steps as the widest arm's episodes take at gigpo's width."""
+  """The wider arms (sokoban_width's and sokoban_dynamic's, scaled from
+  `c`), and gigpo and grpo for as many steps as the widest arm's episodes
+  take at the plain width."""
   width = sokoban_width.arms(c)
+  long = {"rl": {"steps": sokoban_dynamic.WIDE * rl_steps}}
   return {
     "gigpo_2x": width["gigpo_2x"],
     "gigpo_wide": width["gigpo_wide"],
-    "gigpo_long": {
-      "variant": "gigpo",
-      "overrides": {"rl": {"steps": sokoban_dynamic.WIDE * rl_steps}},
-    },
+    "gigpo_long": {"variant": "gigpo", "overrides": long},
+    "grpo_wide": sokoban_dynamic.arms(c.rl)["grpo_wide"],
+    "grpo_long": {"variant": "grpo", "overrides": long},
   }
 
 
