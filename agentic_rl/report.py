@@ -1872,6 +1872,81 @@ def final_solved(summary: Mapping[str, Any]) -> dict[str, bool] | None:
   return None
 
 
+def _is_timing(key: str) -> bool:
+  """Wall-clock readings (timestamps, durations, rates per second): the
+  values two runs of one computation are not expected to share."""
+  return key == "time" or key.endswith(("seconds", "_per_s"))
+
+
+def prefix_match(
+  a_dir: str | os.PathLike, b_dir: str | os.PathLike
+) -> dict[str, Any]:
+  """Whether run B repeated run A over the RL steps both logged: say a
+  longer run of the same seed and config against the shorter one, on
+  another machine. Every logged value of those steps (the post-SFT
+  evaluation at step 0 included; wall-clock readings, `_is_timing`,
+  excluded) is compared exactly, as is every per-task verdict of the
+  evaluations both kept.
+
+  Steps are RL steps as the report counts them (`rl_rows`), whatever
+  count a row's "step" holds. Returns {"steps": the last step compared,
+  "values", "verdicts": how many
+  were compared, "first_difference": None or {"step", "key", "a", "b"}
+  (the earliest; a key logged by one run only counts, with None on the
+  other side; "key" "solved:<task>" for a verdict), "machines": {"pair":
+  `machine_pair`'s same / different / unknown, "a", "b": each run's
+  machine labels}}.
+  """
+  runs = [pathlib.Path(a_dir), pathlib.Path(b_dir)]
+  summaries = [_read_json(wd / "summary.json") for wd in runs]
+  logs = []  # per run: RL step (0 = after SFT) -> its row
+  for wd in runs:
+    rows = read_metrics(wd / "logs" / "metrics.jsonl")
+    log = {r["rl_step"]: r for r in rl_rows(rows)}
+    if (row := sft_eval_row(rows)) is not None:
+      log[0] = row
+    logs.append(log)
+  last = min(max(log, default=-1) for log in logs)
+  if last < 0:
+    raise ReportError(f"{runs[0]} and {runs[1]}: no step logged by both")
+  diffs: list[tuple[int, str, Any, Any]] = []
+  values = 0
+  for step in range(last + 1):
+    row_a, row_b = (log.get(step, {}) for log in logs)
+    for key in sorted({*row_a, *row_b} - {"step", "rl_step"}):
+      if _is_timing(key):
+        continue
+      values += 1
+      if row_a.get(key) != row_b.get(key):
+        diffs.append((step, key, row_a.get(key), row_b.get(key)))
+  solved_a, solved_b = (solved_by_step(s) for s in summaries)
+  verdicts = 0
+  for step in sorted(s for s in {*solved_a, *solved_b} if s <= last):
+    tasks_a, tasks_b = solved_a.get(step, {}), solved_b.get(step, {})
+    for task in sorted({*tasks_a, *tasks_b}):
+      verdicts += 1
+      if tasks_a.get(task) != tasks_b.get(task):
+        diffs.append(
+          (step, f"solved:{task}", tasks_a.get(task), tasks_b.get(task))
+        )
+  first = min(diffs, key=lambda d: d[0]) if diffs else None
+  (keys_a, labels_a), (keys_b, labels_b) = (
+    run_machines(s.get("machines") or []) for s in summaries
+  )
+  return {
+    "steps": last,
+    "values": values,
+    "verdicts": verdicts,
+    "first_difference": first
+    and {"step": first[0], "key": first[1], "a": first[2], "b": first[3]},
+    "machines": {
+      "pair": machine_pair(keys_a, keys_b),
+      "a": sorted(labels_a.values()),
+      "b": sorted(labels_b.values()),
+    },
+  }
+
+
 def arm_pair(entry: str) -> tuple[str, str]:
   """`EST` -> (EST, EST); `EST_A:EST_B` -> (EST_A, EST_B)."""
   a, sep, b = entry.partition(":")

@@ -656,6 +656,133 @@ def test_at_episodes_reads_every_arm_at_each_budget(tmp_path):
   assert re.search(r"\| \+7\.5 \[[-+.\d]+, [-+.\d]+\] \(n=2\) \|", done.stdout)
 
 
+def _write_logged_run(wd, rows, solved, machine=None):
+  """A run dir whose metrics file holds `rows` and whose summary keeps
+  per-task verdicts {rl_step: {task: bool}} (and one machine record)."""
+  (wd / "logs").mkdir(parents=True)
+  (wd / "logs" / "metrics.jsonl").write_text(
+    "".join(json.dumps(r) + "\n" for r in rows)
+  )
+  summary = {
+    "evals": [
+      {"phase": "rl" if step else "sft", "rl_step": step, "solved": tasks}
+      for step, tasks in solved.items()
+    ]
+  }
+  if machine:
+    summary["machines"] = [{"key": machine, "cpu_name": machine}]
+  (wd / "summary.json").write_text(json.dumps(summary))
+
+
+def _logged_rows(steps, *, step_offset=0.0, changes=None):
+  """Step 0's evaluation and RL steps 1..steps, with wall-clock readings
+  that differ run to run; `changes`: {rl_step: {key: value}}."""
+  rows = [{"step": 0, "time": 5.0, "eval/success_rate": 0.25}]
+  for i in range(1, steps + 1):
+    row = {
+      "step": i + step_offset,  # an optimizer count in some runs' rows
+      "time": 100.0 * i + step_offset,
+      "seconds": 3.0 + step_offset,
+      "episodes_per_s": 9.0 + step_offset,
+      "grad_norm": 0.5 * i,
+      "success_rate": 0.1 * i,
+    }
+    if i % 2 == 0:
+      row["eval/success_rate"] = 0.3 + 0.01 * i
+    row.update((changes or {}).get(i, {}))
+    rows.append(row)
+  rows.insert(2, {"step": 0, "sft/loss": 1.0})  # cold-start rows: ignored
+  return rows
+
+
+def test_prefix_match_finds_where_a_longer_run_parts_from_a_shorter(tmp_path):
+  """report.prefix_match and scripts/same_prefix.py: every value but
+  wall-clock ones and every kept verdict over the shared RL steps, the
+  earliest difference named, by hand."""
+  verdicts = {0: {"t0": False, "t1": True}, 2: {"t0": True, "t1": True}}
+  long_verdicts = {**verdicts, 4: {"t0": True, "t1": False}}
+  root = tmp_path / "w"
+  short, long_ = (
+    root / "lake" / "grpo" / "seed0",
+    root / "lake" / "grpo_long" / "seed0",
+  )
+  _write_logged_run(short, _logged_rows(2), verdicts, machine="zen4")
+  _write_logged_run(
+    long_, _logged_rows(4, step_offset=0.5), long_verdicts, machine="zen5"
+  )
+  same = report.prefix_match(short, long_)
+  # steps 0-2: 1 value at step 0, 2 at step 1, 3 at step 2 (time, seconds,
+  # episodes_per_s and the step count are not compared); 2 evaluations of
+  # 2 tasks each (step 4's is past the shared steps)
+  assert same["steps"] == 2
+  assert (same["values"], same["verdicts"]) == (6, 4)
+  assert same["first_difference"] is None
+  assert same["machines"]["pair"] == "different"
+  assert [m.split(",")[0] for k in "ab" for m in same["machines"][k]] == [
+    "zen4",
+    "zen5",
+  ]
+  # a value that parts at step 2, a key only one run logs at step 1
+  parted = root / "lake" / "grpo_parted" / "seed0"
+  _write_logged_run(
+    parted,
+    _logged_rows(3, changes={1: {"kl": 0.0}, 2: {"grad_norm": 1.5}}),
+    verdicts,
+    machine="zen4",
+  )
+  got = report.prefix_match(short, parted)
+  assert got["first_difference"] == {
+    "step": 1,
+    "key": "kl",
+    "a": None,
+    "b": 0.0,
+  }
+  assert got["values"] == 7 and got["machines"]["pair"] == "same"
+  # a verdict that parts at step 0, before any value does
+  flipped = root / "lake" / "grpo_flipped" / "seed0"
+  _write_logged_run(
+    flipped, _logged_rows(2), {0: {"t0": True, "t1": True}, 2: verdicts[2]}
+  )
+  got = report.prefix_match(flipped, short)
+  assert got["first_difference"] == {
+    "step": 0,
+    "key": "solved:t0",
+    "a": True,
+    "b": False,
+  }
+  assert got["machines"]["pair"] == "unknown"  # flipped recorded none
+  (root / "sweep.json").write_text(
+    json.dumps(
+      {
+        "name": "prefix",
+        "envs": ["lake"],
+        "estimators": ["grpo", "grpo_long", "grpo_parted"],
+        "seeds": [0],
+        "baseline": "grpo",
+        "runs": [],
+      }
+    )
+  )
+  script = pathlib.Path(__file__).parents[1] / "scripts" / "same_prefix.py"
+
+  def same_prefix(*args):
+    return subprocess.run(
+      [sys.executable, str(script), str(root), *args],
+      capture_output=True,
+      text=True,
+    )
+
+  out = tmp_path / "same.json"
+  done = same_prefix("--pairs=grpo:grpo_long", f"--json={out}")
+  assert done.returncode == 0, done.stderr
+  assert "| grpo:grpo_long | 0 | 0-2 | 6 | 4 | yes | different |" in done.stdout
+  assert json.loads(out.read_text())[0]["first_difference"] is None
+  done = same_prefix("--pairs=grpo:grpo_long,grpo:grpo_parted")
+  assert done.returncode == 1  # one pair parts
+  assert "no: step 1 kl None / 0.0" in done.stdout
+  assert "1 of 2 pairs identical" in done.stdout
+
+
 def test_runs_without_episode_counts_have_no_equal_episode_comparison(
   sweep_root, tmp_path
 ):
