@@ -1878,6 +1878,14 @@ def _is_timing(key: str) -> bool:
   return key == "time" or key.endswith(("seconds", "_per_s"))
 
 
+def _same_value(a: Any, b: Any) -> bool:
+  """Equal, or both NaN (as a float or as the string a log may hold)."""
+  both_nan = all(
+    (isinstance(x, float) and math.isnan(x)) or x == "NaN" for x in (a, b)
+  )
+  return a == b or both_nan
+
+
 def prefix_match(
   a_dir: str | os.PathLike, b_dir: str | os.PathLike
 ) -> dict[str, Any]:
@@ -1889,13 +1897,12 @@ def prefix_match(
   evaluations both kept.
 
   Steps are RL steps as the report counts them (`rl_rows`), whatever
-  count a row's "step" holds. Returns {"steps": the last step compared,
-  "values", "verdicts": how many
-  were compared, "first_difference": None or {"step", "key", "a", "b"}
-  (the earliest; a key logged by one run only counts, with None on the
-  other side; "key" "solved:<task>" for a verdict), "machines": {"pair":
-  `machine_pair`'s same / different / unknown, "a", "b": each run's
-  machine labels}}.
+  count a row's "step" holds; a NaN matches a NaN. Returns {"steps": the
+  last step compared, "values", "verdicts": how many were compared,
+  "first_difference": None or {"step", "key", "a", "b"} (the earliest; a
+  key logged by one run only counts, with None on the other side; "key"
+  "solved:<task>" for a verdict), "machines": {"pair": `machine_pair`'s
+  same / different / unknown, "a", "b": each run's machine labels}}.
   """
   runs = [pathlib.Path(a_dir), pathlib.Path(b_dir)]
   summaries = [_read_json(wd / "summary.json") for wd in runs]
@@ -1917,7 +1924,7 @@ def prefix_match(
       if _is_timing(key):
         continue
       values += 1
-      if row_a.get(key) != row_b.get(key):
+      if not _same_value(row_a.get(key), row_b.get(key)):
         diffs.append((step, key, row_a.get(key), row_b.get(key)))
   solved_a, solved_b = (solved_by_step(s) for s in summaries)
   verdicts = 0

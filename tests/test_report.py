@@ -686,6 +686,7 @@ def _logged_rows(steps, *, step_offset=0.0, changes=None):
       "episodes_per_s": 9.0 + step_offset,
       "grad_norm": 0.5 * i,
       "success_rate": 0.1 * i,
+      "ratio_max": math.nan if i == 1 else 1.0,  # a NaN matches a NaN
     }
     if i % 2 == 0:
       row["eval/success_rate"] = 0.3 + 0.01 * i
@@ -711,11 +712,11 @@ def test_prefix_match_finds_where_a_longer_run_parts_from_a_shorter(tmp_path):
     long_, _logged_rows(4, step_offset=0.5), long_verdicts, machine="zen5"
   )
   same = report.prefix_match(short, long_)
-  # steps 0-2: 1 value at step 0, 2 at step 1, 3 at step 2 (time, seconds,
+  # steps 0-2: 1 value at step 0, 3 at step 1, 4 at step 2 (time, seconds,
   # episodes_per_s and the step count are not compared); 2 evaluations of
   # 2 tasks each (step 4's is past the shared steps)
   assert same["steps"] == 2
-  assert (same["values"], same["verdicts"]) == (6, 4)
+  assert (same["values"], same["verdicts"]) == (8, 4)
   assert same["first_difference"] is None
   assert same["machines"]["pair"] == "different"
   assert [m.split(",")[0] for k in "ab" for m in same["machines"][k]] == [
@@ -737,7 +738,7 @@ def test_prefix_match_finds_where_a_longer_run_parts_from_a_shorter(tmp_path):
     "a": None,
     "b": 0.0,
   }
-  assert got["values"] == 7 and got["machines"]["pair"] == "same"
+  assert got["values"] == 9 and got["machines"]["pair"] == "same"
   # a verdict that parts at step 0, before any value does
   flipped = root / "lake" / "grpo_flipped" / "seed0"
   _write_logged_run(
@@ -775,7 +776,7 @@ def test_prefix_match_finds_where_a_longer_run_parts_from_a_shorter(tmp_path):
   out = tmp_path / "same.json"
   done = same_prefix("--pairs=grpo:grpo_long", f"--json={out}")
   assert done.returncode == 0, done.stderr
-  assert "| grpo:grpo_long | 0 | 0-2 | 6 | 4 | yes | different |" in done.stdout
+  assert "| grpo:grpo_long | 0 | 0-2 | 8 | 4 | yes | different |" in done.stdout
   assert json.loads(out.read_text())[0]["first_difference"] is None
   done = same_prefix("--pairs=grpo:grpo_long,grpo:grpo_parted")
   assert done.returncode == 1  # one pair parts
