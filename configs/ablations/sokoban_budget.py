@@ -33,10 +33,13 @@ episodes played. The learning rate is constant (3e-4), so 90 steps run
 the same schedule longer. Everything else is sokoban_width's grid (shared
 SFT stages, rollout keys, 128 held-out levels): its gigpo, gigpo_2x and
 gigpo_wide runs are these arms' runs, and sokoban_dynamic's grpo and
-grpo_wide runs (the same grid) the GRPO arms'. `arg`: as `sokoban_reward_input`
-('', 'smoke' or 'seeds=N').
+grpo_wide runs (the same grid) the GRPO arms'. `arg`: as
+`sokoban_reward_input` ('', 'smoke' or 'seeds=N').
 
-Measured (6 seeds): experiments/sokoban_budget/.
+Measured (6 seeds): experiments/sokoban_budget/. Both estimators follow
+the episodes played (long and wide end level); at 5,760 episodes
+gigpo_long is 9.4 points [4.7, 14.1] above grpo_long (late 4.5 [2.4,
+6.5]), level at 1,920.
 """
 
 import ml_collections
