@@ -24,6 +24,9 @@ and asks which way of spending 5,760 episodes reaches more:
               credit, level with GRPO's after 30 steps of 8 tasks
               (experiments/sokoban_reward_input), pull ahead when both
               play 5,760 episodes?
+  grpo_long_lr2x
+              grpo_long at twice the RL learning rate (6e-4): is GRPO's
+              slower climb over 90 steps a matter of step size?
 
 The task sampler draws one task at a time from one stream, so the long
 arm plays the wide arm's 720 tasks in the same order (8 a step, not 24),
@@ -55,6 +58,7 @@ ARMS = (
   "grpo",
   "grpo_wide",
   "grpo_long",
+  "grpo_long_lr2x",
 )
 # Besides every arm against gigpo: each long arm against its wider arms
 # (read at equal episodes, 3,840 and 5,760, by the report), then GRPO
@@ -65,6 +69,8 @@ PAIRS = (
   "grpo:grpo_long",
   "grpo_wide:grpo_long",
   "grpo_long:gigpo_long",
+  "grpo_long:grpo_long_lr2x",
+  "grpo_long_lr2x:gigpo_long",
 )
 
 
@@ -80,6 +86,15 @@ def arms(c: ml_collections.ConfigDict, rl_steps: int) -> dict:
     "gigpo_long": {"variant": "gigpo", "overrides": long},
     "grpo_wide": sokoban_dynamic.arms(c.rl)["grpo_wide"],
     "grpo_long": {"variant": "grpo", "overrides": long},
+    "grpo_long_lr2x": {
+      "variant": "grpo",
+      "overrides": {
+        "rl": {
+          **long["rl"],
+          "optimizer": {"learning_rate": 2 * c.rl.optimizer.learning_rate},
+        }
+      },
+    },
   }
 
 
