@@ -1059,10 +1059,13 @@ def test_budget_sweep_gives_plain_arms_the_wide_arms_episodes():
   runs = _runs_by_name("configs/ablations/sokoban_budget.py")
   width = _runs_by_name("configs/ablations/sokoban_width.py")
   dynamic = _runs_by_name("configs/ablations/sokoban_dynamic.py")
-  assert len(runs) == 3 + 3 * 7
+  assert len(runs) == 3 + 3 * 8
   sweep = sweeps.load_config("configs/ablations/sokoban_budget.py").sweep
   pairs = sweeps.parse_pairs(sweep.pairs, sweep.estimators)
   assert {e for p in pairs for e in p} == set(sweep.estimators) - {"gigpo"}
+  grpo_lr = sweeps.load_config(
+    "configs/sokoban.py:grpo"
+  ).rl.optimizer.learning_rate
   for seed in (0, 1, 2):
     for name in ("sft", "gigpo", "gigpo_2x", "gigpo_wide"):
       run = f"sokoban/{name}/seed{seed}"
@@ -1080,11 +1083,22 @@ def test_budget_sweep_gives_plain_arms_the_wide_arms_episodes():
         wide["rl.tasks_per_step"]
       )
     assert runs[f"sokoban/grpo_long/seed{seed}"].config_arg == "grpo"
+    grpo_long = dict(runs[f"sokoban/grpo_long/seed{seed}"].overrides)
+    lr2x = runs[f"sokoban/grpo_long_lr2x/seed{seed}"]
+    assert lr2x.config_arg == "grpo"
+    assert dict(lr2x.overrides) == {
+      **grpo_long,
+      "rl.optimizer.learning_rate": str(2 * grpo_lr),
+    }
   smoke = _runs_by_name("configs/ablations/sokoban_budget.py:smoke")
   smoke_steps = sweeps.load_config("configs/sokoban.py:gigpo,smoke").rl.steps
-  for arm in ("gigpo_long", "grpo_long"):
+  for arm in ("gigpo_long", "grpo_long", "grpo_long_lr2x"):
     smoke_long = dict(smoke[f"sokoban/{arm}/seed0"].overrides)
     assert smoke_long["rl.steps"] == str(3 * smoke_steps)
+  smoke_lr = sweeps.load_config("configs/sokoban.py:grpo,smoke")
+  assert smoke_long["rl.optimizer.learning_rate"] == str(
+    2 * smoke_lr.rl.optimizer.learning_rate
+  )
 
 
 def test_sweep_pairs_are_checked_and_kept_in_the_manifest(tmp_path):
