@@ -1917,25 +1917,30 @@ def prefix_match(
   if last < 0:
     raise ReportError(f"{runs[0]} and {runs[1]}: no step logged by both")
   diffs: list[tuple[int, str, Any, Any]] = []
-  values = 0
-  for step in range(last + 1):
-    row_a, row_b = (log.get(step, {}) for log in logs)
-    for key in sorted({*row_a, *row_b} - {"step", "rl_step"}):
-      if _is_timing(key):
-        continue
-      values += 1
-      if not _same_value(row_a.get(key), row_b.get(key)):
-        diffs.append((step, key, row_a.get(key), row_b.get(key)))
+
+  def compare(step: int, a: Mapping, b: Mapping, prefix: str = "") -> int:
+    """Appends each key of `a` or `b` whose values differ; the count."""
+    keys = sorted({*a, *b})
+    diffs.extend(
+      (step, prefix + k, a.get(k), b.get(k))
+      for k in keys
+      if not _same_value(a.get(k), b.get(k))
+    )
+    return len(keys)
+
+  def logged(row: Mapping) -> dict:
+    skip = {"step", "rl_step"}
+    return {k: v for k, v in row.items() if k not in skip and not _is_timing(k)}
+
+  values = sum(
+    compare(step, *(logged(log.get(step, {})) for log in logs))
+    for step in range(last + 1)
+  )
   solved_a, solved_b = (solved_by_step(s) for s in summaries)
-  verdicts = 0
-  for step in sorted(s for s in {*solved_a, *solved_b} if s <= last):
-    tasks_a, tasks_b = solved_a.get(step, {}), solved_b.get(step, {})
-    for task in sorted({*tasks_a, *tasks_b}):
-      verdicts += 1
-      if tasks_a.get(task) != tasks_b.get(task):
-        diffs.append(
-          (step, f"solved:{task}", tasks_a.get(task), tasks_b.get(task))
-        )
+  verdicts = sum(
+    compare(step, solved_a.get(step, {}), solved_b.get(step, {}), "solved:")
+    for step in sorted(s for s in {*solved_a, *solved_b} if s <= last)
+  )
   first = min(diffs, key=lambda d: d[0]) if diffs else None
   (keys_a, labels_a), (keys_b, labels_b) = (
     run_machines(s.get("machines") or []) for s in summaries
