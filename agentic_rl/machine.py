@@ -6,17 +6,26 @@ AMX), so the same config and seed on another CPU differs in the last bits of
 its first losses, and RL amplifies that (on Sokoban, one seed's step-30
 held-out success moved 5-7 points between an Intel and a Zen 5 VM). So every
 run records the machine of each launch (`describe`), and the report flags
-paired comparisons whose two runs did not share one (`numerics_key`).
+paired comparisons whose two runs did not share one (`numerics_key`),
+counting those whose machines' `numerics_probe`s agree.
 
 `numerics_key` hashes only what decides the floats: CPU vendor, family,
 model and instruction set, the host cores XLA's thread pool may use, jax
 and jaxlib versions, the backend, its devices and `XLA_FLAGS`. Host names,
 clock speeds and memory are left out: two VMs of one CPU model give the
 same numbers.
+
+The key is a description, so it can be wrong both ways; `numerics_probe` is
+a measurement: digests of a small training workload run in the process. On
+one Zen 4 VM (2026-12-06), capping XLA's instruction set at AVX2, AVX or
+SSE4.2, or pinning the process to one core, changed both the probe and a
+smoke run's SFT updates, and capping it at AVX-512 (another key) changed
+neither (`experiments/numerics_probe/`).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -85,9 +94,12 @@ def _host_cpus() -> int:
     return os.cpu_count() or 0
 
 
-def describe(cpuinfo_path: str = "/proc/cpuinfo") -> dict[str, Any]:
+def describe(
+  cpuinfo_path: str = "/proc/cpuinfo", probe: bool = True
+) -> dict[str, Any]:
   """This process's machine: CPU, cores, library versions, backend, flags,
-  and its `numerics_key` under "key"."""
+  its `numerics_key` under "key" and, with `probe`, its `numerics_probe`
+  under "probe" (the three parts' digests under "probe_parts")."""
   import jax
   import jaxlib
 
@@ -115,7 +127,12 @@ def describe(cpuinfo_path: str = "/proc/cpuinfo") -> dict[str, Any]:
     "platform": platform.platform(),
     "python": platform.python_version(),
   }
-  return {**desc, "key": numerics_key(desc)}
+  desc["key"] = numerics_key(desc)
+  if probe:
+    parts = dict(numerics_probe())
+    desc["probe"] = parts.pop("probe")
+    desc["probe_parts"] = parts
+  return desc
 
 
 def numerics_key(desc: dict[str, Any]) -> str:
@@ -143,3 +160,116 @@ def short_name(desc: dict[str, Any]) -> str:
     f"{desc.get('cpu_name') or 'unknown CPU'}{fam}, {desc.get('host_cpus')} "
     f"cores, {top}, jax {desc.get('jax')} {desc.get('backend')}{flags}"
   )
+
+
+# The probe's workload: the tiny preset trained a few SFT steps on each of
+# two fixed batches, then tokens drawn from its logits as the rollout draws
+# them. Both batch shapes are needed: on one Zen 4 VM a probe of the short
+# batch alone saw a cap at AVX2 and not a run on one core, of the long batch
+# alone the reverse.
+# Bump PROBE_VERSION with any change to it (or to the code it runs that
+# changes its numbers): probes compare only within a version.
+PROBE_ROWS, PROBE_STEPS = 8, 3
+PROBE_TURNS = ((12, 8, 64), (96, 64, 512))  # obs, action tokens; length
+PROBE_VERSION = 1
+
+
+def _digest(*trees: Any) -> str:
+  """16 hex digits over the bytes (and dtypes, shapes) of every leaf."""
+  import jax
+  import numpy as np
+
+  h = hashlib.sha256()
+  for leaf in jax.tree.leaves(trees):
+    a = np.asarray(leaf)
+    h.update(f"{a.dtype}{a.shape}".encode())
+    h.update(np.ascontiguousarray(a).tobytes())
+  return h.hexdigest()[:16]
+
+
+@functools.cache
+def numerics_probe() -> dict[str, str]:
+  """What this process computes, measured: digests of a small workload run
+  here, for telling apart machines whose numbers differ in fact.
+
+  `numerics_key` is a guess from the hardware's description, and both ways
+  wrong at times: two CPU models may run the same kernels (a Zen 4 and a
+  Zen 5 VM repeated each other's Sokoban runs bit for bit over 30 RL steps),
+  and a forced instruction set can change a run's floats while leaving the
+  description's every field but `xla_flags` as it was. The probe runs what
+  training runs, on the tiny preset: the initialiser, `PROBE_STEPS` SFT
+  updates (forward, backward, clipping, AdamW) on each of two fixed random
+  batches (`PROBE_TURNS`), the updated model's logits on the longer one's
+  tokens and tokens sampled from them at temperature 0.7 with top-k and
+  top-p. Returns {"init", "train", "sample": digest of that part, "probe":
+  "v<PROBE_VERSION>:" and the digest of the three}.
+
+  Processes whose probes differ compute different floats and will not
+  repeat each other's runs; equal probes are evidence, not proof, that
+  they will (a run's own shapes may compile to kernels the probe's do
+  not reach). Cached per process; a few seconds on a 2-core CPU once its
+  programs are in the compilation cache, 10-20 s before.
+  """
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+
+  from agentic_rl import sharding as shd
+  from agentic_rl.data.packing import pack
+  from agentic_rl.models.config import get_preset
+  from agentic_rl.sampling import select
+  from agentic_rl.train import sft
+  from agentic_rl.train import state as st
+  from agentic_rl.train import step as sp
+  from agentic_rl.types import Task, Trajectory, Turn
+
+  model_config = get_preset("tiny")
+  opt = st.OptimizerConfig(
+    learning_rate=3e-3, warmup_steps=1, weight_decay=0.01, max_grad_norm=1.0
+  )
+  mesh = shd.make_mesh((1, 1, 1), jax.local_devices()[:1])
+  state, layout = st.create_train_state(model_config, opt, seed=0, mesh=mesh)
+  parts = {"init": _digest(state.model.params)}
+
+  rng = np.random.default_rng(0)
+
+  def ids(n: int) -> list[int]:
+    return rng.integers(0, model_config.vocab_size, n).tolist()
+
+  def episode(i: int, obs: int, act: int) -> Trajectory:
+    return Trajectory(
+      task=Task(id=f"probe{i}", family="probe"),
+      group_id=i,
+      turns=[
+        Turn(ids(obs), ids(act), action_logp=[0.0] * act) for _ in range(3)
+      ],
+    )
+
+  step_fn = sft.make_sft_step(sp.StepConfig(optimizer=opt), layout)
+  losses = []
+  for obs, act, length in PROBE_TURNS:
+    episodes = [episode(i, obs, act) for i in range(PROBE_ROWS)]
+    batch = pack(episodes, length_buckets=(length,))
+    for _ in range(PROBE_STEPS):
+      state, metrics = step_fn(state, batch)
+      losses.append(metrics["loss"])
+  parts["train"] = _digest(state.model.params, losses)
+
+  logits_BxV = jax.jit(lambda m, t: m.merge()(t)[:, -1])(
+    state.model, batch.tokens_BxL
+  )
+  ones_B = jnp.ones(PROBE_ROWS)
+  tokens_B, logp_B = jax.jit(select.select_tokens, static_argnames="filtered")(
+    jax.random.key(0),
+    logits_BxV,
+    0.7 * ones_B,
+    (16 * ones_B).astype(jnp.int32),
+    0.9 * ones_B,
+    filtered=True,
+  )
+  parts["sample"] = _digest(logits_BxV, tokens_B, logp_B)
+  whole = "".join(parts[k] for k in ("init", "train", "sample"))
+  parts["probe"] = (
+    f"v{PROBE_VERSION}:" + hashlib.sha256(whole.encode()).hexdigest()[:16]
+  )
+  return parts

@@ -26,6 +26,7 @@ For every environment and estimator this computes, over seeds,
   per paired seed, whether the two runs ran on the same machine
   (`agentic_rl.machine`): on different CPUs the same seed is not the same
   run, so those pairs carry cross-machine noise besides the arm's effect;
+  of those on different machines, how many had agreeing numerics probes;
   task by task, for runs whose summaries keep per-task verdicts: the final
   evaluation against the post-SFT one and against the baseline's, the
   discordant (seed, task) pairs pooled over seeds with McNemar's exact
@@ -103,9 +104,12 @@ class RunCurve:
   )
   # `numerics_key` of each machine the run (and the SFT stage it started
   # from) ran on, in order; None when not recorded (runs begun before
-  # 2026-12-04). `machine_labels` maps each key to a readable name.
+  # 2026-12-04). `machine_labels` maps each key to a readable name,
+  # `machine_probes` each key to its `numerics_probe` where the record has
+  # one (launches from 2026-12-06 on).
   machines: tuple[str, ...] | None = None
   machine_labels: dict[str, str] = dataclasses.field(default_factory=dict)
+  machine_probes: dict[str, str] = dataclasses.field(default_factory=dict)
   # Per-task verdicts (task id -> solved) of the evaluations that kept them
   # (summary.json, runs begun from 2026-12-05 on), by RL step, 0 = after SFT.
   solved: dict[int, dict[str, bool]] = dataclasses.field(default_factory=dict)
@@ -247,15 +251,46 @@ def machine_pair(a: Sequence[str] | None, b: Sequence[str] | None) -> str:
   return "same" if len({*a, *b}) == 1 else "different"
 
 
+def probes_agree(
+  a: Sequence[str] | None,
+  b: Sequence[str] | None,
+  probes: Mapping[str, str],
+) -> bool:
+  """Whether every machine of two runs has a recorded `numerics_probe`
+  (`probes`: key -> probe) and all of them are one: evidence, not proof,
+  that machines of different keys compute alike (`machine.numerics_probe`).
+  """
+  if a is None or b is None:
+    return False
+  measured = {probes.get(k) for k in {*a, *b}}
+  return len(measured) == 1 and None not in measured
+
+
+def count_machine_pairs(
+  pairs: Iterable[tuple[Sequence[str] | None, Sequence[str] | None]],
+  probes: Mapping[str, str],
+) -> dict[str, int]:
+  """`machine_pair` counts of (A's keys, B's keys) pairs, plus
+  "probes_agree": how many of the "different" ones `probes_agree`."""
+  counts = {"same": 0, "different": 0, "unknown": 0, "probes_agree": 0}
+  for a, b in pairs:
+    kind = machine_pair(a, b)
+    counts[kind] += 1
+    counts["probes_agree"] += kind == "different" and probes_agree(a, b, probes)
+  return counts
+
+
 def run_machines(
   record: Sequence[Mapping[str, Any]],
-) -> tuple[tuple[str, ...] | None, dict[str, str]]:
-  """(keys, labels) of a summary's "machines" list; keys None if the list
-  is empty or starts after the run began (`unrecorded_before`)."""
+) -> tuple[tuple[str, ...] | None, dict[str, str], dict[str, str]]:
+  """(keys, labels, probes) of a summary's "machines" list: keys None if
+  the list is empty or starts after the run began (`unrecorded_before`);
+  labels and probes (where recorded) by key."""
   labels = {r["key"]: machine_lib.short_name(r) for r in record}
+  probes = {r["key"]: r["probe"] for r in record if r.get("probe")}
   if not record or record[0].get("unrecorded_before"):
-    return None, labels
-  return tuple(r["key"] for r in record), labels
+    return None, labels, probes
+  return tuple(r["key"] for r in record), labels, probes
 
 
 def success_at_episodes(
@@ -562,7 +597,9 @@ def load_run(root: str | os.PathLike, run: Mapping[str, Any]) -> RunCurve:
   config = _read_json(wd / "config.json")
   timed = read_timing(wd)
   seconds, peak_rss_mib = timed.get("seconds"), timed.get("peak_rss_mib")
-  machines, machine_labels = run_machines(summary.get("machines") or [])
+  machines, machine_labels, machine_probes = run_machines(
+    summary.get("machines") or []
+  )
   steps, success, returns = (
     np.asarray(c, np.float64) for c in zip(*points, strict=True)
   )
@@ -586,6 +623,7 @@ def load_run(root: str | os.PathLike, run: Mapping[str, Any]) -> RunCurve:
     difficulty_steps=np.asarray(level_steps, np.float64),
     machines=machines,
     machine_labels=machine_labels,
+    machine_probes=machine_probes,
     solved=solved_by_step(summary),
     episodes=episodes_at(rows, steps),
     expert_ceiling={
@@ -699,9 +737,15 @@ def _compare(
   when no pair kept per-task verdicts) and held-out success at equal
   training episodes ("equal_episodes", `_equal_episodes`)."""
   shared = sorted(set(runs_a) & set(runs_b))
-  pairs = {"same": 0, "different": 0, "unknown": 0}
-  for seed in shared:
-    pairs[machine_pair(runs_b[seed].machines, runs_a[seed].machines)] += 1
+  pairs = count_machine_pairs(
+    ((runs_b[s].machines, runs_a[s].machines) for s in shared),
+    {
+      k: v
+      for s in shared
+      for c in (runs_a[s], runs_b[s])
+      for k, v in c.machine_probes.items()
+    },
+  )
   return {
     "equal_episodes": _equal_episodes([(runs_a[s], runs_b[s]) for s in shared]),
     "vs": {
@@ -866,6 +910,8 @@ def summarize(
     for key in dict.fromkeys(c.machines or ()):
       entry = used.setdefault(key, {"label": c.machine_labels[key], "runs": 0})
       entry["runs"] += 1
+      if key in c.machine_probes:
+        entry["probe"] = c.machine_probes[key]
   return {
     "sweep": manifest["name"],
     "config": manifest.get("config", ""),
@@ -1270,18 +1316,28 @@ def _env_table(env: str, stats: Mapping[str, Any], baseline: str) -> str:
         f" {_tasks_cell(row.get('tasks_vs_baseline'), est == baseline)} |"
       )
   mixed = {
-    est: row["machine_pairs"]["different"]
+    est: row["machine_pairs"]
     for est, row in stats.items()
     if row.get("machine_pairs", {}).get("different")
   }
   if mixed:
-    which = ", ".join(f"{est} ({n})" for est, n in mixed.items())
+    which = ", ".join(
+      f"{est} ({p['different']}"
+      + (
+        f", {p['probes_agree']} of them with agreeing numerics probes)"
+        if p.get("probes_agree")
+        else ")"
+      )
+      for est, p in mixed.items()
+    )
     lines += [
       "",
       f"**Caution:** some pairs ran on different machines: {which}. The"
       " same seed on another CPU is not the same run (XLA picks kernels by"
       " instruction set, and RL grows the last-bit differences), so their"
-      " Δ mixes machine noise with the arm's effect.",
+      " Δ mixes machine noise with the arm's effect. Machines whose"
+      " numerics probes agree (`agentic_rl.machine.numerics_probe`) may"
+      " still compute alike.",
     ]
   levels = _difficulty_metrics(stats)
   if levels:
@@ -1635,7 +1691,11 @@ def _run_machines_line(summary: Mapping[str, Any]) -> str:
   """Where the runs ran, from their machine records."""
   used = summary.get("run_machines") or {}
   unrecorded = summary.get("runs_unrecorded", 0)
-  parts = [f"{e['label']} ({e['runs']} runs)" for e in used.values()]
+  parts = [
+    f"{e['label']} ({e['runs']} runs"
+    + (f", numerics probe {e['probe']})" if e.get("probe") else ")")
+    for e in used.values()
+  ]
   if unrecorded:
     parts.append(
       f"{unrecorded} runs without a machine record (begun before 2026-12-04)"
@@ -1942,7 +2002,7 @@ def prefix_match(
     for step in sorted(s for s in {*solved_a, *solved_b} if s <= last)
   )
   first = min(diffs, key=lambda d: d[0]) if diffs else None
-  (keys_a, labels_a), (keys_b, labels_b) = (
+  (keys_a, labels_a, probes_a), (keys_b, labels_b, probes_b) = (
     run_machines(s.get("machines") or []) for s in summaries
   )
   return {
@@ -1953,6 +2013,7 @@ def prefix_match(
     and {"step": first[0], "key": first[1], "a": first[2], "b": first[3]},
     "machines": {
       "pair": machine_pair(keys_a, keys_b),
+      "probes_agree": probes_agree(keys_a, keys_b, {**probes_a, **probes_b}),
       "a": sorted(labels_a.values()),
       "b": sorted(labels_b.values()),
     },
@@ -2016,10 +2077,14 @@ def compare_conditions(
       s: tuple(_read_json(d[s] / "summary.json") for d in (a, b))
       for s in shared
     }
-    pairs = {"same": 0, "different": 0, "unknown": 0}
-    for sa, sb in summaries.values():
-      ka, kb = (run_machines(x.get("machines", [])) for x in (sa, sb))
-      pairs[machine_pair(ka[0], kb[0])] += 1
+    records = [
+      [run_machines(x.get("machines", [])) for x in (sa, sb)]
+      for sa, sb in summaries.values()
+    ]
+    pairs = count_machine_pairs(
+      ((ra[0], rb[0]) for ra, rb in records),
+      {k: v for rs in records for r in rs for k, v in r[2].items()},
+    )
     tasks = _pooled_or_none(
       {
         s: (final_solved(sa), final_solved(sb))

@@ -62,9 +62,11 @@ def table(rows: list[dict]) -> str:
       if d is None
       else f"no: step {d['step']} {d['key']} {d['a']!r} / {d['b']!r}"
     )
+    m = r["machines"]
+    where = m["pair"] + (", probes agree" if m.get("probes_agree") else "")
     lines.append(
       f"| {r['a']}:{r['b']} | {r['seed']} | 0-{r['steps']} | {r['values']} "
-      f"| {r['verdicts']} | {same} | {r['machines']['pair']} |"
+      f"| {r['verdicts']} | {same} | {where} |"
     )
   labels = sorted({m for r in rows for k in "ab" for m in r["machines"][k]})
   return "\n".join(lines + ["", "machines:", *(f"  {m}" for m in labels)])

@@ -1,11 +1,19 @@
 """Machine records: /proc/cpuinfo parsing, the numerics key, and the loop's
 per-launch record."""
 
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
 import jax
 import pytest
 
 from agentic_rl import machine
 from agentic_rl.train import loop
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
 
 CPUINFO = """\
 processor\t: 0
@@ -92,6 +100,12 @@ def test_numerics_key_follows_what_decides_the_floats():
 def test_describe_this_machine():
   here = machine.describe()
   assert here["key"] == machine.numerics_key(here)
+  probe = machine.numerics_probe()
+  assert here["probe"] == probe["probe"]
+  assert here["probe_parts"] == {
+    k: probe[k] for k in ("init", "train", "sample")
+  }
+  assert "probe" not in machine.describe(probe=False)
   assert here["backend"] == jax.default_backend() and here["host_cpus"] >= 1
   assert "cores" in machine.short_name(here)
   label = machine.short_name(_record())
@@ -121,3 +135,63 @@ def test_record_machine_appends_a_launch_only_on_a_new_machine():
   old = {"phase": "rl", "sft_step": 40, "rl_step": 3}
   loop.record_machine(old, a)
   assert old["machines"][0]["unrecorded_before"] is True
+
+
+def _probe_in_subprocess(xla_flags: str) -> dict[str, str]:
+  code = "import json; from agentic_rl import machine; "
+  code += "print(json.dumps(machine.numerics_probe()))"
+  done = subprocess.run(
+    [sys.executable, "-c", code],
+    cwd=REPO,
+    env={**os.environ, "XLA_FLAGS": xla_flags},
+    capture_output=True,
+    text=True,
+    check=True,
+  )
+  return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_numerics_probe_repeats_in_a_new_process_and_sees_a_capped_isa():
+  """Another process of this machine measures the same digests; one whose
+  XLA may use no more than SSE4.2 (kernels another CPU would get) does not.
+  """
+  here = machine.numerics_probe()
+  assert set(here) == {"init", "train", "sample", "probe"}
+  assert here["probe"].startswith(f"v{machine.PROBE_VERSION}:")
+  flags = os.environ.get("XLA_FLAGS", "")
+  assert _probe_in_subprocess(flags) == here
+  capped = _probe_in_subprocess(f"{flags} --xla_cpu_max_isa=SSE4_2")
+  assert capped["train"] != here["train"]
+  assert capped["probe"] != here["probe"]
+
+
+@pytest.mark.slow
+def test_numerics_matrix_script_sees_a_capped_isa_in_key_probe_and_run(
+  tmp_path,
+):
+  """scripts/numerics_matrix.py end to end: two smoke runs, as is and with
+  XLA capped at SSE4.2; the second differs in key, probe and logged run."""
+  out = tmp_path / "json"
+  done = subprocess.run(
+    [
+      sys.executable,
+      "scripts/numerics_matrix.py",
+      f"--out={tmp_path / 'runs'}",
+      "--settings=native,isa_sse4_2",
+      f"--json={out}",
+    ],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+  )
+  assert done.returncode == 0, done.stderr[-2000:]
+  first, capped = json.loads(out.read_text())["rows"]
+  assert first["probe"] == machine.numerics_probe()["probe"]
+  assert (capped["same_key"], capped["same_probe"], capped["same_run"]) == (
+    False,
+    False,
+    False,
+  )
+  assert capped["first_difference"]["step"] >= 0 and capped["values"] > 0
+  assert "| isa_sse4_2 | no | no | no | 0-2," in done.stdout
+  assert "probe right about 1 of 1 settings, key about 1" in done.stdout

@@ -143,9 +143,13 @@ def test_paired_tasks_by_group_by_hand():
     report.paired_tasks_by({"x": True}, {"y": True}, {})
 
 
-def _machine(key, cpu="EPYC"):
+PROBE = "v1:" + "5" * 16  # a `machine.numerics_probe` digest
+
+
+def _machine(key, cpu="EPYC", probe=None):
   """A machine record as `loop.record_machine` keeps it (fields trimmed)."""
   return {
+    **({"probe": probe} if probe else {}),
     "key": key,
     "cpu_name": cpu,
     "host_cpus": 2,
@@ -268,12 +272,10 @@ def sweep_root(tmp_path):
     # Training success rises 0.1 a step for grpo, 0.2-0.4 for gigpo.
     slope = 0.1 if est == "grpo" else 0.2 + 0.1 * seed
     # Machines: grpo seed 0 has no record (old); seed 1 ran on machine A
-    # in both arms; seed 2's gigpo ran on B.
-    where = (
-      []
-      if old
-      else [_machine("b" * 16 if (est, seed) == ("gigpo", 2) else "a" * 16)]
-    )
+    # in both arms; seed 2's gigpo ran on B, whose numerics probe agrees
+    # with A's.
+    key = "b" * 16 if (est, seed) == ("gigpo", 2) else "a" * 16
+    where = [] if old else [_machine(key, probe=PROBE)]
     _write_run(
       root,
       name,
@@ -363,12 +365,17 @@ def test_summary_statistics_by_hand(sweep_root):
   assert d["mean"] == pytest.approx(0.15)
   assert (d["lo"], d["hi"]) == pytest.approx((0.15 - half, 0.15 + half))
   # Seed 0's baseline has no record, seed 1 shares machine A, seed 2 not.
-  assert gigpo["machine_pairs"] == {"same": 1, "different": 1, "unknown": 1}
+  assert gigpo["machine_pairs"] == {
+    "same": 1,
+    "different": 1,
+    "unknown": 1,
+    "probes_agree": 1,
+  }
   assert "machine_pairs" not in grpo
   assert s["runs_unrecorded"] == 2  # grpo seed 0 and the check run
-  assert {k: e["runs"] for k, e in s["run_machines"].items()} == {
-    "a" * 16: 4,
-    "b" * 16: 1,
+  assert {k: (e["runs"], e["probe"]) for k, e in s["run_machines"].items()} == {
+    "a" * 16: (4, PROBE),
+    "b" * 16: (1, PROBE),
   }
   (check,) = s["checks"]
   assert check["name"] == "checks/mesh" and not check["finite"]
@@ -428,8 +435,14 @@ def test_write_report_files(sweep_root, tmp_path):
   assert "| gigpo | 0.300 [" in readme  # training gain 0.2, 0.3, 0.4
   assert "| gigpo | 0.533 [" in readme  # late success 0.45, 0.75, 0.4
   assert "| 1 / 1 / 1 |" in readme  # machine pairs
-  assert "ran on different machines: gigpo (1)" in readme
-  assert "EPYC, 2 cores, avx2, jax 0.10.2 cpu (4 runs)" in readme
+  assert (
+    "ran on different machines: gigpo (1, 1 of them with agreeing numerics"
+    " probes)" in readme
+  )
+  assert (
+    f"EPYC, 2 cores, avx2, jax 0.10.2 cpu (4 runs, numerics probe {PROBE})"
+    in readme
+  )
   assert "2 runs without a machine record" in readme
   assert "86.7 vs 72.8" in readme
   assert "lake/rloo/seed0" in readme
@@ -477,7 +490,12 @@ def test_sweep_pairs_are_reported_arm_against_arm(sweep_root, tmp_path):
     assert pair["vs"][m]["mean"] == pytest.approx(-forward[m]["mean"])
     assert pair["vs"][m]["lo"] == pytest.approx(-forward[m]["hi"])
   assert pair["vs"]["final_success"]["mean"] == pytest.approx(-1 / 6)
-  assert pair["machine_pairs"] == {"same": 1, "different": 1, "unknown": 1}
+  assert pair["machine_pairs"] == {
+    "same": 1,
+    "different": 1,
+    "unknown": 1,
+    "probes_agree": 1,
+  }
   # Task by task with the sides swapped: 5 only gigpo, 1 only grpo.
   t = pair["tasks"]
   assert (t["seeds"], t["only_a"], t["only_b"]) == ([1, 2], 5, 1)
@@ -656,9 +674,10 @@ def test_at_episodes_reads_every_arm_at_each_budget(tmp_path):
   assert re.search(r"\| \+7\.5 \[[-+.\d]+, [-+.\d]+\] \(n=2\) \|", done.stdout)
 
 
-def _write_logged_run(wd, rows, solved, machine=None):
+def _write_logged_run(wd, rows, solved, machine=None, probe=None):
   """A run dir whose metrics file holds `rows` and whose summary keeps
-  per-task verdicts {rl_step: {task: bool}} (and one machine record)."""
+  per-task verdicts {rl_step: {task: bool}} (and one machine record, with
+  its numerics probe if given)."""
   (wd / "logs").mkdir(parents=True)
   (wd / "logs" / "metrics.jsonl").write_text(
     "".join(json.dumps(r) + "\n" for r in rows)
@@ -670,7 +689,13 @@ def _write_logged_run(wd, rows, solved, machine=None):
     ]
   }
   if machine:
-    summary["machines"] = [{"key": machine, "cpu_name": machine}]
+    summary["machines"] = [
+      {
+        "key": machine,
+        "cpu_name": machine,
+        **({"probe": probe} if probe else {}),
+      }
+    ]
   (wd / "summary.json").write_text(json.dumps(summary))
 
 
@@ -707,9 +732,9 @@ def test_prefix_match_finds_where_a_longer_run_parts_from_a_shorter(tmp_path):
     root / "lake" / "grpo" / "seed0",
     root / "lake" / "grpo_long" / "seed0",
   )
-  _write_logged_run(short, _logged_rows(2), verdicts, machine="zen4")
+  _write_logged_run(short, _logged_rows(2), verdicts, "zen4", PROBE)
   _write_logged_run(
-    long_, _logged_rows(4, step_offset=0.5), long_verdicts, machine="zen5"
+    long_, _logged_rows(4, step_offset=0.5), long_verdicts, "zen5", PROBE
   )
   same = report.prefix_match(short, long_)
   # steps 0-2: 1 value at step 0, 3 at step 1, 4 at step 2 (time, seconds,
@@ -719,6 +744,7 @@ def test_prefix_match_finds_where_a_longer_run_parts_from_a_shorter(tmp_path):
   assert (same["values"], same["verdicts"]) == (8, 4)
   assert same["first_difference"] is None
   assert same["machines"]["pair"] == "different"
+  assert same["machines"]["probes_agree"]  # both recorded PROBE
   assert [m.split(",")[0] for k in "ab" for m in same["machines"][k]] == [
     "zen4",
     "zen5",
@@ -776,12 +802,40 @@ def test_prefix_match_finds_where_a_longer_run_parts_from_a_shorter(tmp_path):
   out = tmp_path / "same.json"
   done = same_prefix("--pairs=grpo:grpo_long", f"--json={out}")
   assert done.returncode == 0, done.stderr
-  assert "| grpo:grpo_long | 0 | 0-2 | 8 | 4 | yes | different |" in done.stdout
+  assert (
+    "| grpo:grpo_long | 0 | 0-2 | 8 | 4 | yes | different, probes agree |"
+    in done.stdout
+  )
   assert json.loads(out.read_text())[0]["first_difference"] is None
   done = same_prefix("--pairs=grpo:grpo_long,grpo:grpo_parted")
   assert done.returncode == 1  # one pair parts
   assert "no: step 1 kl None / 0.0" in done.stdout
   assert "1 of 2 pairs identical" in done.stdout
+
+
+def test_machine_pairs_and_probes_by_hand():
+  """machine_pair goes by keys; probes_agree needs every key measured and
+  one probe; count_machine_pairs counts agreeing probes among "different".
+  """
+  other = "v1:" + "6" * 16
+  probes = {"a": PROBE, "b": PROBE, "c": other}
+  assert report.probes_agree(("a",), ("b",), probes)
+  assert report.probes_agree(("a", "b"), ("a",), probes)  # a resumed run
+  assert not report.probes_agree(("a",), ("c",), probes)
+  assert not report.probes_agree(("a",), ("d",), probes)  # d unmeasured
+  assert not report.probes_agree(None, ("a",), probes)
+  keys = [("a",), ("b",), ("c",), ("d",)]
+  pairs = [(keys[0], k) for k in keys] + [(None, keys[0])]
+  assert report.count_machine_pairs(pairs, probes) == {
+    "same": 1,  # a, a
+    "different": 3,  # a-b (probes agree), a-c, a-d
+    "unknown": 1,
+    "probes_agree": 1,
+  }
+  records = [_machine("a", "zen4", probe=PROBE), _machine("d", "zen5")]
+  got_keys, labels, got_probes = report.run_machines(records)
+  assert got_keys == ("a", "d") and got_probes == {"a": PROBE}
+  assert labels["d"].startswith("zen5, 2 cores")
 
 
 def test_runs_without_episode_counts_have_no_equal_episode_comparison(
@@ -1006,7 +1060,12 @@ def test_compare_conditions_pairs_runs_by_seed(tmp_path):
   assert (d["lo"], d["hi"]) == pytest.approx((0.125 - half, 0.125 + half))
   table = report.comparison_table([row], "on", "off")
   assert "| grpo | `eval/success_rate` | 25.0 / 50.0 | 50.0 / 50.0 |" in table
-  assert row["machine_pairs"] == {"same": 1, "different": 1, "unknown": 0}
+  assert row["machine_pairs"] == {
+    "same": 1,
+    "different": 1,
+    "unknown": 0,
+    "probes_agree": 0,  # no probes recorded
+  }
   # Task by task, seed 0 only (seed 1's A run kept none): A solved t0,
   # B t0 and t1: 0 / 1, p = 1.
   t = row["tasks"]
