@@ -1059,13 +1059,12 @@ def test_budget_sweep_gives_plain_arms_the_wide_arms_episodes():
   runs = _runs_by_name("configs/ablations/sokoban_budget.py")
   width = _runs_by_name("configs/ablations/sokoban_width.py")
   dynamic = _runs_by_name("configs/ablations/sokoban_dynamic.py")
-  assert len(runs) == 3 + 3 * 8
+  assert len(runs) == 3 + 3 * 9
   sweep = sweeps.load_config("configs/ablations/sokoban_budget.py").sweep
   pairs = sweeps.parse_pairs(sweep.pairs, sweep.estimators)
   assert {e for p in pairs for e in p} == set(sweep.estimators) - {"gigpo"}
-  grpo_lr = sweeps.load_config(
-    "configs/sokoban.py:grpo"
-  ).rl.optimizer.learning_rate
+  grpo = sweeps.load_config("configs/sokoban.py:grpo")
+  grpo_lr = grpo.rl.optimizer.learning_rate
   for seed in (0, 1, 2):
     for name in ("sft", "gigpo", "gigpo_2x", "gigpo_wide"):
       run = f"sokoban/{name}/seed{seed}"
@@ -1089,6 +1088,14 @@ def test_budget_sweep_gives_plain_arms_the_wide_arms_episodes():
     assert dict(lr2x.overrides) == {
       **grpo_long,
       "rl.optimizer.learning_rate": str(2 * grpo_lr),
+    }
+    # GRPO's penalties scaled by its advantages' size against GiGPO's
+    matched = runs[f"sokoban/grpo_long_kl_matched/seed{seed}"]
+    assert matched.config_arg == "grpo"
+    assert dict(matched.overrides) == {
+      **grpo_long,
+      "loss.kl_coef": str(0.135 * grpo.loss.kl_coef),
+      "loss.entropy_coef": str(0.135 * grpo.loss.entropy_coef),
     }
   smoke = _runs_by_name("configs/ablations/sokoban_budget.py:smoke")
   smoke_steps = sweeps.load_config("configs/sokoban.py:gigpo,smoke").rl.steps

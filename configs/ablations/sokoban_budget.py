@@ -27,6 +27,13 @@ and asks which way of spending 5,760 episodes reaches more:
   grpo_long_lr2x
               grpo_long at twice the RL learning rate (6e-4): is GRPO's
               slower climb over 90 steps a matter of step size?
+  grpo_long_kl_matched
+              grpo_long with its KL and entropy coefficients scaled by
+              `ADV_RATIO`, GRPO's mean |advantage| over GiGPO's: Adam
+              ignores the loss's scale, so this weighs the penalties
+              against the policy gradient as GiGPO's loss does (its
+              advantages are 7x GRPO's, so at one kl_coef GRPO is held
+              7x harder to its SFT policy). Is that GiGPO's lead?
 
 The task sampler draws one task at a time from one stream, so the long
 arm plays the wide arm's 720 tasks in the same order (8 a step, not 24),
@@ -42,8 +49,8 @@ grpo_wide runs (the same grid) the GRPO arms'. `arg`: as
 Measured (6 seeds): experiments/sokoban_budget/. Both estimators follow
 the episodes played (long and wide end level); at 5,760 episodes
 gigpo_long is 9.4 points [4.7, 14.1] above grpo_long (late 4.5 [2.4,
-6.5]), level at 1,920; grpo_long_lr2x (4 seeds) is grpo_long's equal
-late (+0.5 [-4.3, 5.3]) and 3.2 [0.5, 5.9] below gigpo_long.
+6.5]), level at 1,920; grpo_long_lr2x is grpo_long's equal late (+0.7
+[-2.2, 3.6]) and 3.8 [2.0, 5.6] below gigpo_long.
 """
 
 import ml_collections
@@ -60,7 +67,11 @@ ARMS = (
   "grpo_wide",
   "grpo_long",
   "grpo_long_lr2x",
+  "grpo_long_kl_matched",
 )
+# Mean |advantage| per RL step, grpo_long over gigpo_long (6 seeds each,
+# experiments/sokoban_budget/arm_stats.json: 0.456 / 3.369).
+ADV_RATIO = 0.135
 # Besides every arm against gigpo: each long arm against its wider arms
 # (read at equal episodes, 3,840 and 5,760, by the report), then GRPO
 # against GiGPO at each way of spending the episodes.
@@ -72,6 +83,8 @@ PAIRS = (
   "grpo_long:gigpo_long",
   "grpo_long:grpo_long_lr2x",
   "grpo_long_lr2x:gigpo_long",
+  "grpo_long:grpo_long_kl_matched",
+  "grpo_long_kl_matched:gigpo_long",
 )
 
 
@@ -94,6 +107,16 @@ def arms(c: ml_collections.ConfigDict, rl_steps: int) -> dict:
           **long["rl"],
           "optimizer": {"learning_rate": 2 * c.rl.optimizer.learning_rate},
         }
+      },
+    },
+    "grpo_long_kl_matched": {
+      "variant": "grpo",
+      "overrides": {
+        **long,
+        "loss": {
+          "kl_coef": ADV_RATIO * c.loss.kl_coef,
+          "entropy_coef": ADV_RATIO * c.loss.entropy_coef,
+        },
       },
     },
   }
