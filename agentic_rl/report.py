@@ -1962,7 +1962,8 @@ def prefix_match(
   "first_difference": None or {"step", "key", "a", "b"} (the earliest; a
   key logged by one run only counts, with None on the other side; "key"
   "solved:<task>" for a verdict), "machines": {"pair": `machine_pair`'s
-  same / different / unknown, "a", "b": each run's machine labels}}.
+  same / different / unknown, "probes_agree": `probes_agree`, "a", "b":
+  each run's machine labels}}.
   """
   runs = [pathlib.Path(a_dir), pathlib.Path(b_dir)]
   summaries = [_read_json(wd / "summary.json") for wd in runs]

@@ -131,6 +131,17 @@ def test_record_machine_appends_a_launch_only_on_a_new_machine():
     (a["key"], 0),
     (b["key"], 7),
   ]
+  # Same key, but a probe that differs from the record's: recorded.
+  host.update(rl_step=9)
+  loop.record_machine(host, {**b, "probe": "v1:" + "1" * 16})
+  loop.record_machine(host, {**b, "probe": "v1:" + "1" * 16})
+  loop.record_machine(host, {**b, "probe": "v1:" + "2" * 16})
+  got = [(m["key"], m.get("probe"), m["rl_step"]) for m in host["machines"]]
+  assert got[1:] == [
+    (b["key"], None, 7),  # a record from before probes
+    (b["key"], "v1:" + "1" * 16, 9),
+    (b["key"], "v1:" + "2" * 16, 9),
+  ]
   # A checkpoint from before machine records: the start is unrecorded.
   old = {"phase": "rl", "sft_step": 40, "rl_step": 3}
   loop.record_machine(old, a)

@@ -729,7 +729,9 @@ def config_field(config_dict: dict[str, Any], dotted: str) -> Any:
 
 def record_machine(host: dict[str, Any], desc: dict[str, Any] | None = None):
   """Appends this launch's machine (`machine.describe`) to `host["machines"]`
-  unless the last one recorded is the same (same `numerics_key`).
+  unless the last one recorded is the same: the same `numerics_key` and
+  `numerics_probe` (so a launch on a machine of the last key is recorded
+  when its probe differs, or when the record, older than probes, has none).
 
   Each entry also says where the run stood when it began there (phase, SFT
   and RL step), so a run resumed on another CPU shows which part ran where.
@@ -739,7 +741,9 @@ def record_machine(host: dict[str, Any], desc: dict[str, Any] | None = None):
   """
   desc = machine.describe() if desc is None else desc
   machines = host.setdefault("machines", [])
-  if machines and machines[-1]["key"] == desc["key"]:
+  if machines and all(
+    machines[-1].get(k) == desc.get(k) for k in ("key", "probe")
+  ):
     return
   where = {k: host[k] for k in ("phase", "sft_step", "rl_step")}
   if not machines and (where["sft_step"] or where["phase"] != "sft"):
