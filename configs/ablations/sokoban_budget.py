@@ -50,7 +50,9 @@ Measured (6 seeds): experiments/sokoban_budget/. Both estimators follow
 the episodes played (long and wide end level); at 5,760 episodes
 gigpo_long is 9.4 points [4.7, 14.1] above grpo_long (late 4.5 [2.4,
 6.5]), level at 1,920; grpo_long_lr2x is grpo_long's equal late (+0.7
-[-2.2, 3.6]) and 3.8 [2.0, 5.6] below gigpo_long.
+[-2.2, 3.6]) and 3.8 [2.0, 5.6] below gigpo_long; grpo_long_kl_matched
+is 3.5 [0.8, 6.1] above grpo_long late and 1.0 [-0.5, 2.5] below
+gigpo_long.
 """
 
 import ml_collections
