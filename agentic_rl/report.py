@@ -737,14 +737,10 @@ def _compare(
   when no pair kept per-task verdicts) and held-out success at equal
   training episodes ("equal_episodes", `_equal_episodes`)."""
   shared = sorted(set(runs_a) & set(runs_b))
+  curves = [c for s in shared for c in (runs_a[s], runs_b[s])]
   pairs = count_machine_pairs(
     ((runs_b[s].machines, runs_a[s].machines) for s in shared),
-    {
-      k: v
-      for s in shared
-      for c in (runs_a[s], runs_b[s])
-      for k, v in c.machine_probes.items()
-    },
+    {k: v for c in curves for k, v in c.machine_probes.items()},
   )
   return {
     "equal_episodes": _equal_episodes([(runs_a[s], runs_b[s]) for s in shared]),
