@@ -187,6 +187,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # workdir of a finished run whose policy scores every RL update
     # (loss.teacher_coef); "" for none
     "teacher": "",
+    # "mean_abs" or "std": divide each step's advantages by that batch
+    # statistic, so loss.kl_coef / entropy_coef weigh the same against
+    # every estimator (agentic_rl/estimators/scale.py); "none": as given
+    "advantage_scale": "none",
   }
   # The value model of estimators that use one (ppo, ppo_token): a copy of
   # the post-SFT policy with a zero value head, trained after each policy
@@ -284,6 +288,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       "num_microbatches": 1,
       "optimizer": _optimizer(1e-4),
       "teacher": "",
+      "advantage_scale": "none",
     }
     c.eval_every = 1
     c.checkpoint_every = 1

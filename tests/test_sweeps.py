@@ -1059,7 +1059,7 @@ def test_budget_sweep_gives_plain_arms_the_wide_arms_episodes():
   runs = _runs_by_name("configs/ablations/sokoban_budget.py")
   width = _runs_by_name("configs/ablations/sokoban_width.py")
   dynamic = _runs_by_name("configs/ablations/sokoban_dynamic.py")
-  assert len(runs) == 3 + 3 * 9
+  assert len(runs) == 3 + 3 * 11
   sweep = sweeps.load_config("configs/ablations/sokoban_budget.py").sweep
   pairs = sweeps.parse_pairs(sweep.pairs, sweep.estimators)
   assert {e for p in pairs for e in p} == set(sweep.estimators) - {"gigpo"}
@@ -1097,6 +1097,17 @@ def test_budget_sweep_gives_plain_arms_the_wide_arms_episodes():
       "loss.kl_coef": str(0.135 * grpo.loss.kl_coef),
       "loss.entropy_coef": str(0.135 * grpo.loss.entropy_coef),
     }
+    # Both estimators on one advantage scale, the anchor at gigpo_long's
+    for estimator in ("gigpo", "grpo"):
+      long = dict(runs[f"sokoban/{estimator}_long/seed{seed}"].overrides)
+      norm = runs[f"sokoban/{estimator}_long_advnorm/seed{seed}"]
+      assert norm.config_arg == estimator
+      assert dict(norm.overrides) == {
+        **long,
+        "rl.advantage_scale": "mean_abs",
+        "loss.kl_coef": str(grpo.loss.kl_coef / 3.369),
+        "loss.entropy_coef": str(grpo.loss.entropy_coef / 3.369),
+      }
   smoke = _runs_by_name("configs/ablations/sokoban_budget.py:smoke")
   smoke_steps = sweeps.load_config("configs/sokoban.py:gigpo,smoke").rl.steps
   for arm in ("gigpo_long", "grpo_long", "grpo_long_lr2x"):

@@ -7,7 +7,9 @@ Turn level (`adv_BxT`): `discounted_returns`, `gigpo`, `turn_discounted`,
 (GAE per turn or per token, registered as "gae" with `uses_values`; the
 loop trains the critic). Configs pick
 one by name through the registry (`get`, `register`, `from_config`);
-`types.turns_to_tokens` broadcasts `adv_BxT` to tokens.
+`types.turns_to_tokens` broadcasts `adv_BxT` to tokens. `batch_divisor`
+(`rl.advantage_scale`) puts every estimator's advantages on one scale per
+RL step, so a KL or entropy coefficient weighs the same against each.
 
 Singleton groups (a group, or baseline set, of one), where reference
 implementations disagree, are a named option `singleton`: "raw" (mean 0,
@@ -32,6 +34,7 @@ from agentic_rl.estimators.registry import (
   register,
   uses_values,
 )
+from agentic_rl.estimators.scale import SCALES, batch_divisor, check_scale
 from agentic_rl.estimators.turn import (
   discounted_returns,
   gigpo,
@@ -40,7 +43,10 @@ from agentic_rl.estimators.turn import (
 )
 
 __all__ = [
+  "SCALES",
   "CriticEstimate",
+  "batch_divisor",
+  "check_scale",
   "critic_gae",
   "discounted_returns",
   "from_config",

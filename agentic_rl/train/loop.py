@@ -17,7 +17,8 @@
             make a preference pair (`rollout.rejection.preference_pairs`),
             and DPO updates it against its own frozen copy (`train.dpo`).
   RL        sample tasks -> roll out G per task -> score (reward stack) ->
-            pack -> estimate advantages (configured estimator) -> clipped
+            pack -> estimate advantages (configured estimator; optionally
+            one divisor per step, `rl.advantage_scale`) -> clipped
             policy-gradient epochs -> log -> evaluate every N -> checkpoint.
             An estimator that uses values (`gae`: PPO with a critic) gets
             them from a value model that starts as a copy of the post-SFT
@@ -202,6 +203,7 @@ def setup(config, workdir: str) -> Run:
       "sft.optimizer and rl.optimizer must both set or both unset max_grad_norm"
     )
   rl_loss = rl_loss_config(config)
+  advantage_scale(config)  # a bad mode fails here, before SFT
   critic_config = None
   if estimators.uses_values(config.estimator.name):
     critic_config = critic_lib.CriticConfig.from_dict(
@@ -1246,6 +1248,12 @@ def _start_rl(run: Run) -> None:
   run.host["phase"] = "rl"
 
 
+def advantage_scale(config) -> str:
+  """`config.rl.advantage_scale` ("none" when a config predates it),
+  checked: how each RL step's advantages are scaled (`estimators.scale`)."""
+  return estimators.check_scale(config.rl.get("advantage_scale", "none"))
+
+
 def rl_step(run: Run, reference) -> dict[str, float]:
   """One iteration: roll out, score, estimate, update. Returns metrics."""
   cfg, config = run.config.rl, run.config
@@ -1261,7 +1269,13 @@ def rl_step(run: Run, reference) -> dict[str, float]:
     est = run.estimate(batch, value_BxL)
     adv_BxT, adv_BxL = est.adv_BxT, est.adv_BxL
   mask = np.asarray(batch.turn_mask_BxT) > 0
-  adv = np.asarray(adv_BxT)[mask]  # the fresh rollouts' (for the metrics)
+  # The estimator's advantages, before any rescaling (for the metrics).
+  adv = np.asarray(adv_BxT)[mask]
+  divisor = estimators.batch_divisor(
+    adv_BxT, batch.turn_mask_BxT, advantage_scale(config)
+  )
+  # Replay stores (and trains on) the rescaled ones.
+  adv_BxT, adv_BxL = adv_BxT / divisor, adv_BxL / divisor
   extra_m = dict(dynamic_m)
   if run.curriculum is not None:
     extra_m.update(update_curriculum(run, played))
@@ -1319,6 +1333,7 @@ def rl_step(run: Run, reference) -> dict[str, float]:
       "adv_std": float(adv.std()),
       "adv_abs_mean": float(np.abs(adv).mean()),
       "adv_frac_positive": float((adv > 0).mean()),
+      "adv_divisor": float(divisor),
       "train_seconds": train_s,
       "train_tokens_per_s": float(
         cfg.epochs

@@ -34,6 +34,14 @@ and asks which way of spending 5,760 episodes reaches more:
               against the policy gradient as GiGPO's loss does (its
               advantages are 7x GRPO's, so at one kl_coef GRPO is held
               7x harder to its SFT policy). Is that GiGPO's lead?
+  gigpo_long_advnorm, grpo_long_advnorm
+              gigpo_long and grpo_long with `rl.advantage_scale`
+              "mean_abs" (each step's advantages divided by their mean
+              |advantage|), so one KL and entropy coefficient anchors both
+              alike, and those coefficients divided by `GIGPO_ADV`
+              (gigpo_long's mean |advantage|) so the anchor stays where
+              gigpo_long's was: the built-in way to the kl_matched
+              comparison, step by step instead of by a measured constant.
 
 The task sampler draws one task at a time from one stream, so the long
 arm plays the wide arm's 720 tasks in the same order (8 a step, not 24),
@@ -70,10 +78,14 @@ ARMS = (
   "grpo_long",
   "grpo_long_lr2x",
   "grpo_long_kl_matched",
+  "gigpo_long_advnorm",
+  "grpo_long_advnorm",
 )
 # Mean |advantage| per RL step, grpo_long over gigpo_long (6 seeds each,
 # experiments/sokoban_budget/arm_stats.json: 0.456 / 3.369).
 ADV_RATIO = 0.135
+# gigpo_long's mean |advantage| per RL step (the same file).
+GIGPO_ADV = 3.369
 # Besides every arm against gigpo: each long arm against its wider arms
 # (read at equal episodes, 3,840 and 5,760, by the report), then GRPO
 # against GiGPO at each way of spending the episodes.
@@ -87,6 +99,9 @@ PAIRS = (
   "grpo_long_lr2x:gigpo_long",
   "grpo_long:grpo_long_kl_matched",
   "grpo_long_kl_matched:gigpo_long",
+  "grpo_long_advnorm:gigpo_long_advnorm",
+  "gigpo_long:gigpo_long_advnorm",
+  "grpo_long_kl_matched:grpo_long_advnorm",
 )
 
 
@@ -96,6 +111,13 @@ def arms(c: ml_collections.ConfigDict, rl_steps: int) -> dict:
   take at the plain width."""
   width = sokoban_width.arms(c)
   long = {"rl": {"steps": sokoban_dynamic.WIDE * rl_steps}}
+  advnorm = {
+    "rl": {**long["rl"], "advantage_scale": "mean_abs"},
+    "loss": {
+      "kl_coef": c.loss.kl_coef / GIGPO_ADV,
+      "entropy_coef": c.loss.entropy_coef / GIGPO_ADV,
+    },
+  }
   return {
     "gigpo_2x": width["gigpo_2x"],
     "gigpo_wide": width["gigpo_wide"],
@@ -121,6 +143,8 @@ def arms(c: ml_collections.ConfigDict, rl_steps: int) -> dict:
         },
       },
     },
+    "gigpo_long_advnorm": {"variant": "gigpo", "overrides": advnorm},
+    "grpo_long_advnorm": {"variant": "grpo", "overrides": advnorm},
   }
 
 

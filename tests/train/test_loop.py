@@ -242,6 +242,30 @@ def test_warm_start_matches_a_full_run_of_the_same_seed(
 
 
 @ON_THE_STRAIGHT_RUN
+def test_advantage_scale_divides_each_steps_advantages(
+  straight, sft_stage, tmp_path
+):
+  # From the shared stage, step 1 plays what the straight run played, so
+  # the estimator's advantages (the adv_* metrics) agree; the update then
+  # sees them divided by their mean |advantage|, so it differs.
+  workdir, _ = straight
+  source, _ = sft_stage
+  config = _config(2)
+  config.init_from = str(source)
+  config.rl.advantage_scale = "mean_abs"
+  loop.train(config, str(tmp_path))
+  plain, scaled = _rl_rows(workdir), _rl_rows(tmp_path)
+  assert plain[1]["adv_abs_mean"] > 0
+  assert scaled[1]["adv_abs_mean"] == plain[1]["adv_abs_mean"]
+  assert plain[1]["adv_divisor"] == plain[2]["adv_divisor"] == 1.0
+  for step in (1, 2):
+    np.testing.assert_allclose(
+      scaled[step]["adv_divisor"], scaled[step]["adv_abs_mean"], rtol=1e-5
+    )
+  assert scaled[1]["loss"] != plain[1]["loss"]
+
+
+@ON_THE_STRAIGHT_RUN
 def test_bad_warm_starts_are_named_errors(straight, sft_stage, tmp_path):
   source, _ = sft_stage
   finished_rl, _ = straight
