@@ -105,11 +105,13 @@ class RunCurve:
   # `numerics_key` of each machine the run (and the SFT stage it started
   # from) ran on, in order; None when not recorded (runs begun before
   # 2026-12-04). `machine_labels` maps each key to a readable name,
-  # `machine_probes` each key to its `numerics_probe` where the record has
-  # one (launches from 2026-12-06 on).
+  # `machine_probes` each key to the distinct `numerics_probe`s its
+  # records hold, in order (launches from 2026-12-06 on record one).
   machines: tuple[str, ...] | None = None
   machine_labels: dict[str, str] = dataclasses.field(default_factory=dict)
-  machine_probes: dict[str, str] = dataclasses.field(default_factory=dict)
+  machine_probes: dict[str, tuple[str, ...]] = dataclasses.field(
+    default_factory=dict
+  )
   # Per-task verdicts (task id -> solved) of the evaluations that kept them
   # (summary.json, runs begun from 2026-12-05 on), by RL step, 0 = after SFT.
   solved: dict[int, dict[str, bool]] = dataclasses.field(default_factory=dict)
@@ -242,39 +244,64 @@ def late_mean(
   return float(late.mean()) if late.size else float(v[-1])
 
 
-def machine_pair(a: Sequence[str] | None, b: Sequence[str] | None) -> str:
+Probes = Mapping[str, Sequence[str]]  # machine key -> its distinct probes
+
+
+def merge_probes(*maps: Probes) -> dict[str, tuple[str, ...]]:
+  """Runs' `machine_probes` as one map: each key's distinct probes over
+  all of them, in the order met."""
+  merged: dict[str, dict[str, None]] = {}
+  for m in maps:
+    for key, probes in m.items():
+      merged.setdefault(key, {}).update(dict.fromkeys(probes))
+  return {key: tuple(probes) for key, probes in merged.items()}
+
+
+def machine_pair(
+  a: Sequence[str] | None,
+  b: Sequence[str] | None,
+  probes: Probes | None = None,
+) -> str:
   """Two runs' machine keys (`RunCurve.machines`, stages included): "same"
   if all are one machine, "different" if not, "unknown" if either is None
-  (not recorded)."""
+  (not recorded). One key whose records hold different numerics probes
+  (`probes`: key -> probes) is "different" too: the key missed a
+  difference the probe measured."""
   if a is None or b is None:
     return "unknown"
-  return "same" if len({*a, *b}) == 1 else "different"
+  keys = {*a, *b}
+  if len(keys) > 1:
+    return "different"
+  (key,) = keys
+  return "different" if len(set((probes or {}).get(key, ()))) > 1 else "same"
 
 
 def probes_agree(
   a: Sequence[str] | None,
   b: Sequence[str] | None,
-  probes: Mapping[str, str],
+  probes: Probes,
 ) -> bool:
   """Whether every machine of two runs has a recorded `numerics_probe`
-  (`probes`: key -> probe) and all of them are one: evidence, not proof,
-  that machines of different keys compute alike (`machine.numerics_probe`).
-  """
+  (`probes`: key -> its probes) and all of them are one: evidence, not
+  proof, that machines of different keys compute alike
+  (`machine.numerics_probe`)."""
   if a is None or b is None:
     return False
-  measured = {probes.get(k) for k in {*a, *b}}
-  return len(measured) == 1 and None not in measured
+  keys = {*a, *b}
+  if not all(probes.get(k) for k in keys):
+    return False
+  return len({p for k in keys for p in probes[k]}) == 1
 
 
 def count_machine_pairs(
   pairs: Iterable[tuple[Sequence[str] | None, Sequence[str] | None]],
-  probes: Mapping[str, str],
+  probes: Probes,
 ) -> dict[str, int]:
   """`machine_pair` counts of (A's keys, B's keys) pairs, plus
   "probes_agree": how many of the "different" ones `probes_agree`."""
   counts = {"same": 0, "different": 0, "unknown": 0, "probes_agree": 0}
   for a, b in pairs:
-    kind = machine_pair(a, b)
+    kind = machine_pair(a, b, probes)
     counts[kind] += 1
     counts["probes_agree"] += kind == "different" and probes_agree(a, b, probes)
   return counts
@@ -282,12 +309,15 @@ def count_machine_pairs(
 
 def run_machines(
   record: Sequence[Mapping[str, Any]],
-) -> tuple[tuple[str, ...] | None, dict[str, str], dict[str, str]]:
+) -> tuple[tuple[str, ...] | None, dict[str, str], dict[str, tuple[str, ...]]]:
   """(keys, labels, probes) of a summary's "machines" list: keys None if
   the list is empty or starts after the run began (`unrecorded_before`);
-  labels and probes (where recorded) by key."""
+  labels by key, and each key's distinct recorded probes (keys with none
+  left out)."""
   labels = {r["key"]: machine_lib.short_name(r) for r in record}
-  probes = {r["key"]: r["probe"] for r in record if r.get("probe")}
+  probes = merge_probes(
+    *({r["key"]: (r["probe"],)} for r in record if r.get("probe"))
+  )
   if not record or record[0].get("unrecorded_before"):
     return None, labels, probes
   return tuple(r["key"] for r in record), labels, probes
@@ -740,7 +770,7 @@ def _compare(
   curves = [c for s in shared for c in (runs_a[s], runs_b[s])]
   pairs = count_machine_pairs(
     ((runs_b[s].machines, runs_a[s].machines) for s in shared),
-    {k: v for c in curves for k, v in c.machine_probes.items()},
+    merge_probes(*(c.machine_probes for c in curves)),
   )
   return {
     "equal_episodes": _equal_episodes([(runs_a[s], runs_b[s]) for s in shared]),
@@ -906,8 +936,10 @@ def summarize(
     for key in dict.fromkeys(c.machines or ()):
       entry = used.setdefault(key, {"label": c.machine_labels[key], "runs": 0})
       entry["runs"] += 1
-      if key in c.machine_probes:
-        entry["probe"] = c.machine_probes[key]
+  probes = merge_probes(*(c.machine_probes for c in (*grid, *checks)))
+  for key, entry in used.items():
+    if probes.get(key):  # more than one: the key's runs measured apart
+      entry["probe"] = " / ".join(probes[key])
   return {
     "sweep": manifest["name"],
     "config": manifest.get("config", ""),
@@ -1143,7 +1175,8 @@ def plot_paired_differences(
       for c, r in both
     ]
     for d, (c, r) in zip(diffs, both, strict=True):
-      mixed = machine_pair(c.machines, r.machines) == "different"
+      probes = merge_probes(c.machine_probes, r.machine_probes)
+      mixed = machine_pair(c.machines, r.machines, probes) == "different"
       ax.plot(
         x, d, color=f"C{i}", lw=0.6, alpha=0.35, ls="--" if mixed else "-"
       )
@@ -2002,6 +2035,7 @@ def prefix_match(
   (keys_a, labels_a, probes_a), (keys_b, labels_b, probes_b) = (
     run_machines(s.get("machines") or []) for s in summaries
   )
+  probes = merge_probes(probes_a, probes_b)
   return {
     "steps": last,
     "values": values,
@@ -2009,8 +2043,8 @@ def prefix_match(
     "first_difference": first
     and {"step": first[0], "key": first[1], "a": first[2], "b": first[3]},
     "machines": {
-      "pair": machine_pair(keys_a, keys_b),
-      "probes_agree": probes_agree(keys_a, keys_b, {**probes_a, **probes_b}),
+      "pair": machine_pair(keys_a, keys_b, probes),
+      "probes_agree": probes_agree(keys_a, keys_b, probes),
       "a": sorted(labels_a.values()),
       "b": sorted(labels_b.values()),
     },
@@ -2080,7 +2114,7 @@ def compare_conditions(
     ]
     pairs = count_machine_pairs(
       ((ra[0], rb[0]) for ra, rb in records),
-      {k: v for rs in records for r in rs for k, v in r[2].items()},
+      merge_probes(*(r[2] for rs in records for r in rs)),
     )
     tasks = _pooled_or_none(
       {

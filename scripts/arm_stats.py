@@ -7,9 +7,11 @@
 For every arm of `<root>/<env>/<arm>/seed<k>`: the seeds finished, and
 over their RL steps (a run's steps averaged, then the runs): episodes
 played a step, the fraction of played groups with mixed success, the
-update's mean |advantage|, KL to the SFT policy, gradient norm, dynamic
-sampling's rounds a step; and the run's wall time and peak resident
-memory (`sweep_timing.json`, the memory where recorded). `--seeds` keeps
+update's mean |advantage| (and its divisor under `rl.advantage_scale`),
+KL to the SFT policy, gradient norm, dynamic sampling's rounds a step;
+the median KL and gradient norm over the steps (one spiking update, as
+seed 5's first on Sokoban, moves a mean but not these); and the run's
+wall time and peak resident memory (`sweep_timing.json`, the memory where recorded). `--seeds` keeps
 those seeds only (arms run on different seed counts are then averaged
 over the same ones). The held-out numbers are the sweep report's.
 """
@@ -30,16 +32,20 @@ KEYS = (
   "episodes",
   "groups/mixed_success",
   "adv_abs_mean",
+  "adv_divisor",
   "kl",
   "grad_norm",
   "dynamic/rounds",
 )
+# Also as `<key>_median`: a run's median over its steps.
+MEDIAN_KEYS = ("kl", "grad_norm")
 
 
 def run_means(run: pathlib.Path) -> dict[str, float]:
   """Mean of each KEYS metric over a run's RL steps (`report.rl_rows`: a
-  resumed run's rewrite of a step wins), plus its wall time in seconds
-  and peak resident memory in MiB where the sweep runner recorded them."""
+  resumed run's rewrite of a step wins), the median of each MEDIAN_KEYS
+  one, plus its wall time in seconds and peak resident memory in MiB
+  where the sweep runner recorded them."""
   logged = report.rl_rows(report.read_metrics(run / "logs" / "metrics.jsonl"))
   rows = [r for r in logged if "episodes" in r]  # rollout steps, not evals
   out = {
@@ -47,6 +53,9 @@ def run_means(run: pathlib.Path) -> dict[str, float]:
     for k in KEYS
     if rows and all(k in r for r in rows)
   }
+  for k in MEDIAN_KEYS:
+    if k in out:
+      out[f"{k}_median"] = float(np.median([r[k] for r in rows]))
   timed = report.read_timing(run)
   if timed:
     out["seconds"] = float(timed["seconds"])
@@ -80,7 +89,8 @@ def arm_stats(
 
 
 def table(stats: dict[str, dict]) -> str:
-  cols = ("seconds", "peak_rss_mib", *KEYS)
+  medians = tuple(f"{k}_median" for k in MEDIAN_KEYS)
+  cols = ("seconds", "peak_rss_mib", *KEYS, *medians)
   lines = [
     "| arm | seeds | " + " | ".join(cols) + " |",
     "|---|---|" + "---|" * len(cols),

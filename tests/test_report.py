@@ -814,28 +814,41 @@ def test_prefix_match_finds_where_a_longer_run_parts_from_a_shorter(tmp_path):
 
 
 def test_machine_pairs_and_probes_by_hand():
-  """machine_pair goes by keys; probes_agree needs every key measured and
-  one probe; count_machine_pairs counts agreeing probes among "different".
-  """
+  """machine_pair goes by keys, but one key measured with two probes is
+  "different"; probes_agree needs every key measured and one probe;
+  count_machine_pairs counts agreeing probes among "different"."""
   other = "v1:" + "6" * 16
-  probes = {"a": PROBE, "b": PROBE, "c": other}
+  probes = {"a": (PROBE,), "b": (PROBE,), "c": (other,), "e": (PROBE, other)}
   assert report.probes_agree(("a",), ("b",), probes)
   assert report.probes_agree(("a", "b"), ("a",), probes)  # a resumed run
   assert not report.probes_agree(("a",), ("c",), probes)
   assert not report.probes_agree(("a",), ("d",), probes)  # d unmeasured
   assert not report.probes_agree(None, ("a",), probes)
-  keys = [("a",), ("b",), ("c",), ("d",)]
-  pairs = [(keys[0], k) for k in keys] + [(None, keys[0])]
+  assert not report.probes_agree(("e",), ("e",), probes)
+  assert report.machine_pair(("a",), ("a",), probes) == "same"
+  assert report.machine_pair(("e",), ("e",)) == "same"  # keys alone
+  assert report.machine_pair(("e",), ("e",), probes) == "different"
+  keys = [("a",), ("b",), ("c",), ("d",), ("e",)]
+  pairs = [(keys[0], k) for k in keys] + [(None, keys[0]), (("e",), ("e",))]
   assert report.count_machine_pairs(pairs, probes) == {
     "same": 1,  # a, a
-    "different": 3,  # a-b (probes agree), a-c, a-d
+    "different": 5,  # a-b (probes agree), a-c, a-d, a-e, e-e
     "unknown": 1,
     "probes_agree": 1,
   }
   records = [_machine("a", "zen4", probe=PROBE), _machine("d", "zen5")]
   got_keys, labels, got_probes = report.run_machines(records)
-  assert got_keys == ("a", "d") and got_probes == {"a": PROBE}
+  assert got_keys == ("a", "d") and got_probes == {"a": (PROBE,)}
   assert labels["d"].startswith("zen5, 2 cores")
+  # A resumed launch on the same key measured another probe: both kept.
+  records.append(_machine("a", "zen4", probe=other))
+  assert report.run_machines(records)[2] == {"a": (PROBE, other)}
+  assert report.merge_probes(
+    {"a": (PROBE,)}, {"a": (PROBE, other), "b": ()}
+  ) == {
+    "a": (PROBE, other),
+    "b": (),
+  }
 
 
 def test_runs_without_episode_counts_have_no_equal_episode_comparison(
@@ -1484,8 +1497,9 @@ def test_read_solved_and_pool_pairings(tmp_path):
 def test_arm_stats_averages_steps_then_seeds(tmp_path):
   """scripts/arm_stats.py: a run's RL steps averaged (an evaluation row
   and the SFT rows left out, a resumed run's rewrite of a step winning),
-  then its arm's seeds; wall time and peak memory from the sweep timing,
-  the memory only where every seed's timing has it."""
+  then its arm's seeds, and the median over the steps likewise; wall time
+  and peak memory from the sweep timing, the memory only where every
+  seed's timing has it."""
 
   def run(arm, seed, kls, seconds, peak=None):
     wd = tmp_path / "root" / "lake" / arm / f"seed{seed}"
@@ -1502,7 +1516,7 @@ def test_arm_stats_averages_steps_then_seeds(tmp_path):
     timing = {"seconds": seconds, **({"peak_rss_mib": peak} if peak else {})}
     (wd / "sweep_timing.json").write_text(json.dumps(timing))
 
-  run("gigpo", 0, [0.1, 0.3], 100.0, peak=1000.0)  # kl mean 0.2
+  run("gigpo", 0, [0.1, 9.0, 0.3], 100.0, peak=1000.0)  # mean 3.1, median 0.3
   run("gigpo", 1, [0.5, 0.7, 0.2], 200.0, peak=3000.0)  # 0.7 rewritten: 0.35
   # seed 1's step 2 written again by a resumed launch: 0.5, 0.2 -> 0.35
   rows = (tmp_path / "root/lake/gigpo/seed1/logs/metrics.jsonl").read_text()
@@ -1524,7 +1538,10 @@ def test_arm_stats_averages_steps_then_seeds(tmp_path):
   )
   stats = json.loads(out.read_text())
   assert stats["gigpo"]["seeds"] == [0, 1]
-  assert stats["gigpo"]["kl"] == pytest.approx((0.2 + 0.35) / 2)
+  assert stats["gigpo"]["kl"] == pytest.approx((9.4 / 3 + 0.35) / 2)
+  assert stats["gigpo"]["kl_median"] == pytest.approx((0.3 + 0.35) / 2)
+  assert stats["gigpo"]["grad_norm_median"] == pytest.approx(1.0)
+  assert "adv_divisor" not in stats["gigpo"]  # not logged by these runs
   assert stats["gigpo"]["seconds"] == pytest.approx(150.0)
   assert stats["gigpo"]["peak_rss_mib"] == pytest.approx(2000.0)
   assert stats["grpo"]["seeds"] == [0] and "peak_rss_mib" not in stats["grpo"]
