@@ -11,9 +11,10 @@ update's mean |advantage| (and its divisor under `rl.advantage_scale`),
 KL to the SFT policy, gradient norm, dynamic sampling's rounds a step;
 the median KL and gradient norm over the steps (one spiking update, as
 seed 5's first on Sokoban, moves a mean but not these); and the run's
-wall time and peak resident memory (`sweep_timing.json`, the memory where recorded). `--seeds` keeps
-those seeds only (arms run on different seed counts are then averaged
-over the same ones). The held-out numbers are the sweep report's.
+wall time and peak resident memory (`sweep_timing.json`, the memory
+where recorded). `--seeds` keeps those seeds only (arms run on different
+seed counts are then averaged over the same ones). The held-out numbers
+are the sweep report's.
 """
 
 import argparse
