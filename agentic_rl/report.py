@@ -938,7 +938,7 @@ def summarize(
       entry["runs"] += 1
   probes = merge_probes(*(c.machine_probes for c in (*grid, *checks)))
   for key, entry in used.items():
-    if probes.get(key):  # more than one: the key's runs measured apart
+    if probes.get(key):  # " / "-joined if its records measured several
       entry["probe"] = " / ".join(probes[key])
   return {
     "sweep": manifest["name"],
