@@ -60,7 +60,9 @@ gigpo_long is 9.4 points [4.7, 14.1] above grpo_long (late 4.5 [2.4,
 6.5]), level at 1,920; grpo_long_lr2x is grpo_long's equal late (+0.7
 [-2.2, 3.6]) and 3.8 [2.0, 5.6] below gigpo_long; grpo_long_kl_matched
 is 3.5 [0.8, 6.1] above grpo_long late and 1.0 [-0.5, 2.5] below
-gigpo_long.
+gigpo_long. grpo_long_advnorm (seeds 0-2) is level with kl_matched
+(late +0.6 [-6.1, 7.4], 42 / 43 levels); gigpo_long_advnorm has one
+seed, not a test.
 """
 
 import ml_collections
@@ -102,6 +104,8 @@ PAIRS = (
   "grpo_long_advnorm:gigpo_long_advnorm",
   "gigpo_long:gigpo_long_advnorm",
   "grpo_long_kl_matched:grpo_long_advnorm",
+  "grpo_long:grpo_long_advnorm",
+  "grpo_long_advnorm:gigpo_long",
 )
 
 
