@@ -39,6 +39,13 @@ def _rl_rows(workdir: pathlib.Path) -> dict[int, dict]:
   return {r["step"]: r for r in rows if "loss" in r}
 
 
+def _rl_from_stage(sft_stage, workdir: pathlib.Path, config) -> dict[int, dict]:
+  """RL rows of `config` trained from the shared SFT stage into `workdir`."""
+  config.init_from = str(sft_stage[0])
+  loop.train(config, str(workdir))
+  return _rl_rows(workdir)
+
+
 def _critic_rows(workdir: pathlib.Path) -> dict[int, dict]:
   # A critic warm-up step trains no policy: its row has no "loss".
   rows = read_jsonl(str(workdir / "logs" / "metrics.jsonl"))
@@ -232,11 +239,8 @@ def test_warm_start_matches_a_full_run_of_the_same_seed(
   # that did its own SFT (same seed, same estimator): sharing changes cost,
   # not results.
   workdir, _ = straight
-  source, _ = sft_stage
-  config = _config(2)
-  config.init_from = str(source)
-  loop.train(config, str(tmp_path))
-  a, b = _rl_rows(workdir)[2], _rl_rows(tmp_path)[2]
+  a = _rl_rows(workdir)[2]
+  b = _rl_from_stage(sft_stage, tmp_path, _config(2))[2]
   for key in ("loss", "success_rate", "tokens_per_episode"):
     assert a[key] == b[key], key
 
@@ -249,12 +253,9 @@ def test_advantage_scale_divides_each_steps_advantages(
   # the estimator's advantages (the adv_* metrics) agree; the update then
   # sees them divided by their mean |advantage|, so it differs.
   workdir, _ = straight
-  source, _ = sft_stage
   config = _config(2)
-  config.init_from = str(source)
   config.rl.advantage_scale = "mean_abs"
-  loop.train(config, str(tmp_path))
-  plain, scaled = _rl_rows(workdir), _rl_rows(tmp_path)
+  plain, scaled = _rl_rows(workdir), _rl_from_stage(sft_stage, tmp_path, config)
   assert plain[1]["adv_abs_mean"] > 0
   assert scaled[1]["adv_abs_mean"] == plain[1]["adv_abs_mean"]
   assert plain[1]["adv_divisor"] == plain[2]["adv_divisor"] == 1.0
