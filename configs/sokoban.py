@@ -191,6 +191,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # statistic, so loss.kl_coef / entropy_coef weigh the same against
     # every estimator (agentic_rl/estimators/scale.py); "none": as given
     "advantage_scale": "none",
+    # 0: divide by the step's own statistic; d in (0, 1): by a running
+    # mean of the steps' statistics (weight d^k k steps back)
+    "advantage_scale_decay": 0.0,
   }
   # The value model of estimators that use one (ppo, ppo_token): a copy of
   # the post-SFT policy with a zero value head, trained after each policy
@@ -289,6 +292,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       "optimizer": _optimizer(1e-4),
       "teacher": "",
       "advantage_scale": "none",
+      "advantage_scale_decay": 0.0,
     }
     c.eval_every = 1
     c.checkpoint_every = 1

@@ -9,7 +9,9 @@ loop trains the critic). Configs pick
 one by name through the registry (`get`, `register`, `from_config`);
 `types.turns_to_tokens` broadcasts `adv_BxT` to tokens. `batch_divisor`
 (`rl.advantage_scale`) puts every estimator's advantages on one scale per
-RL step, so a KL or entropy coefficient weighs the same against each.
+RL step, so a KL or entropy coefficient weighs the same against each;
+`RunningScale` (`rl.advantage_scale_decay`) divides by a running mean of
+the steps' statistics instead.
 
 Singleton groups (a group, or baseline set, of one), where reference
 implementations disagree, are a named option `singleton`: "raw" (mean 0,
@@ -34,7 +36,14 @@ from agentic_rl.estimators.registry import (
   register,
   uses_values,
 )
-from agentic_rl.estimators.scale import SCALES, batch_divisor, check_scale
+from agentic_rl.estimators.scale import (
+  SCALES,
+  RunningScale,
+  batch_divisor,
+  batch_statistic,
+  check_decay,
+  check_scale,
+)
 from agentic_rl.estimators.turn import (
   discounted_returns,
   gigpo,
@@ -45,7 +54,10 @@ from agentic_rl.estimators.turn import (
 __all__ = [
   "SCALES",
   "CriticEstimate",
+  "RunningScale",
   "batch_divisor",
+  "batch_statistic",
+  "check_decay",
   "check_scale",
   "critic_gae",
   "discounted_returns",

@@ -203,7 +203,8 @@ def setup(config, workdir: str) -> Run:
       "sft.optimizer and rl.optimizer must both set or both unset max_grad_norm"
     )
   rl_loss = rl_loss_config(config)
-  advantage_scale(config)  # a bad mode fails here, before SFT
+  advantage_scale(config)  # a bad mode or decay fails here, before SFT
+  advantage_scale_decay(config)
   critic_config = None
   if estimators.uses_values(config.estimator.name):
     critic_config = critic_lib.CriticConfig.from_dict(
@@ -278,6 +279,7 @@ def setup(config, workdir: str) -> Run:
   record_machine(host)
   curriculum = make_curriculum(config, task_sampler, host)
   replay = make_replay(config, host)
+  check_scale_state(config, host)
   dynamic_sampling_config(config)  # a bad section fails before any work
   if t_info:
     host["rl_teacher"] = t_info
@@ -1254,6 +1256,44 @@ def advantage_scale(config) -> str:
   return estimators.check_scale(config.rl.get("advantage_scale", "none"))
 
 
+def advantage_scale_decay(config) -> float:
+  """`config.rl.advantage_scale_decay` (0, the per-step divisor, when a
+  config predates it), checked: the running divisor's decay."""
+  return estimators.check_decay(config.rl.get("advantage_scale_decay", 0.0))
+
+
+def check_scale_state(config, host: dict[str, Any]) -> None:
+  """A run past RL step 0 with a running divisor (decay > 0) must have
+  checkpointed it: without it the resumed steps would be divided by
+  something the straight run never used."""
+  if (
+    advantage_scale(config) != "none"
+    and advantage_scale_decay(config) > 0
+    and host["rl_step"] > 0
+    and "adv_scale" not in host
+  ):
+    raise ValueError(
+      "rl.advantage_scale_decay > 0 needs the running divisor, and this "
+      f"run's checkpoint at RL step {host['rl_step']} has none (it was "
+      "begun without it); resume it with its own settings"
+    )
+
+
+def step_divisor(run: Run, adv_BxT, turn_mask_BxT) -> float:
+  """What this RL step's advantages are divided by (`estimators.scale`);
+  updates the running divisor in `run.host`."""
+  mode = advantage_scale(run.config)
+  if mode == "none":
+    return 1.0
+  stat = float(estimators.batch_statistic(adv_BxT, turn_mask_BxT, mode))
+  scale = estimators.RunningScale.from_state(
+    run.host.get("adv_scale", estimators.RunningScale().state_dict())
+  )
+  divisor, scale = scale.step(stat, advantage_scale_decay(run.config))
+  run.host["adv_scale"] = scale.state_dict()
+  return divisor
+
+
 def rl_step(run: Run, reference) -> dict[str, float]:
   """One iteration: roll out, score, estimate, update. Returns metrics."""
   cfg, config = run.config.rl, run.config
@@ -1271,9 +1311,7 @@ def rl_step(run: Run, reference) -> dict[str, float]:
   mask = np.asarray(batch.turn_mask_BxT) > 0
   # The estimator's advantages, before any rescaling (for the metrics).
   adv = np.asarray(adv_BxT)[mask]
-  divisor = estimators.batch_divisor(
-    adv_BxT, batch.turn_mask_BxT, advantage_scale(config)
-  )
+  divisor = step_divisor(run, adv_BxT, batch.turn_mask_BxT)
   # Replay stores (and trains on) the rescaled ones.
   adv_BxT, adv_BxL = adv_BxT / divisor, adv_BxL / divisor
   extra_m = dict(dynamic_m)

@@ -42,6 +42,12 @@ and asks which way of spending 5,760 episodes reaches more:
               (gigpo_long's mean |advantage|) so the anchor stays where
               gigpo_long's was: the built-in way to the kl_matched
               comparison, step by step instead of by a measured constant.
+  grpo_long_advnorm_ema
+              grpo_long_advnorm dividing by a running mean of the steps'
+              mean |advantage| (`rl.advantage_scale_decay` 0.9, about the
+              last 10 steps) instead of each step's own: a step whose
+              groups are nearly all alike has a few small advantages,
+              and on its own statistic they were multiplied up to 15x.
 
 The task sampler draws one task at a time from one stream, so the long
 arm plays the wide arm's 720 tasks in the same order (8 a step, not 24),
@@ -82,6 +88,7 @@ ARMS = (
   "grpo_long_kl_matched",
   "gigpo_long_advnorm",
   "grpo_long_advnorm",
+  "grpo_long_advnorm_ema",
 )
 # Mean |advantage| per RL step, grpo_long over gigpo_long (6 seeds each,
 # experiments/sokoban_budget/arm_stats.json: 0.456 / 3.369).
@@ -106,7 +113,11 @@ PAIRS = (
   "grpo_long_kl_matched:grpo_long_advnorm",
   "grpo_long:grpo_long_advnorm",
   "grpo_long_advnorm:gigpo_long",
+  "grpo_long_advnorm:grpo_long_advnorm_ema",
+  "grpo_long_kl_matched:grpo_long_advnorm_ema",
 )
+# The running divisor's decay (grpo_long_advnorm_ema).
+EMA_DECAY = 0.9
 
 
 def arms(c: ml_collections.ConfigDict, rl_steps: int) -> dict:
@@ -149,6 +160,13 @@ def arms(c: ml_collections.ConfigDict, rl_steps: int) -> dict:
     },
     "gigpo_long_advnorm": {"variant": "gigpo", "overrides": advnorm},
     "grpo_long_advnorm": {"variant": "grpo", "overrides": advnorm},
+    "grpo_long_advnorm_ema": {
+      "variant": "grpo",
+      "overrides": {
+        **advnorm,
+        "rl": {**advnorm["rl"], "advantage_scale_decay": EMA_DECAY},
+      },
+    },
   }
 
 

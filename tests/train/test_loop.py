@@ -251,19 +251,33 @@ def test_advantage_scale_divides_each_steps_advantages(
 ):
   # From the shared stage, step 1 plays what the straight run played, so
   # the estimator's advantages (the adv_* metrics) agree; the update then
-  # sees them divided by their mean |advantage|, so it differs.
+  # sees them divided by their mean |advantage|, so it differs. With a
+  # running divisor (decay 0.5) step 2 is divided by the bias-corrected
+  # mean of both steps' statistics, also when the run stops after step 1
+  # and resumes (the running divisor is checkpointed).
   workdir, _ = straight
-  config = _config(2)
-  config.rl.advantage_scale = "mean_abs"
-  plain, scaled = _rl_rows(workdir), _rl_from_stage(sft_stage, tmp_path, config)
+  plain = _rl_rows(workdir)
+  for steps in (1, 2):
+    config = _config(steps)
+    config.rl.advantage_scale = "mean_abs"
+    config.rl.advantage_scale_decay = 0.5
+    scaled = _rl_from_stage(sft_stage, tmp_path, config)
   assert plain[1]["adv_abs_mean"] > 0
   assert scaled[1]["adv_abs_mean"] == plain[1]["adv_abs_mean"]
   assert plain[1]["adv_divisor"] == plain[2]["adv_divisor"] == 1.0
-  for step in (1, 2):
-    np.testing.assert_allclose(
-      scaled[step]["adv_divisor"], scaled[step]["adv_abs_mean"], rtol=1e-5
-    )
+  a1, a2 = scaled[1]["adv_abs_mean"], scaled[2]["adv_abs_mean"]
+  np.testing.assert_allclose(scaled[1]["adv_divisor"], a1, rtol=1e-5)
+  np.testing.assert_allclose(
+    scaled[2]["adv_divisor"], (0.5 * a1 + a2) / 1.5, rtol=1e-5
+  )
   assert scaled[1]["loss"] != plain[1]["loss"]
+  # The checkpoint holds both steps' weight (1 - 0.5^2): a state lost at
+  # the resume would hold one step's (0.5) even where a1 == a2.
+  _, host = _params(tmp_path, config)
+  np.testing.assert_allclose(host["adv_scale"]["weight"], 0.75)
+  np.testing.assert_allclose(
+    host["adv_scale"]["total"], 0.25 * a1 + 0.5 * a2, rtol=1e-5
+  )
 
 
 @ON_THE_STRAIGHT_RUN
