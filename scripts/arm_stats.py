@@ -10,7 +10,8 @@ played a step, the fraction of played groups with mixed success, the
 update's mean |advantage| (and its divisor under `rl.advantage_scale`),
 KL to the SFT policy, gradient norm, dynamic sampling's rounds a step;
 the median KL and gradient norm over the steps (one spiking update, as
-seed 5's first on Sokoban, moves a mean but not these); and the run's
+seed 5's first on Sokoban, moves a mean but not these); the run's
+largest KL and smallest divisor (its most amplified step); and the run's
 wall time and peak resident memory (`sweep_timing.json`, the memory
 where recorded). `--seeds` keeps those seeds only (arms run on different
 seed counts are then averaged over the same ones). The held-out numbers
@@ -40,13 +41,16 @@ KEYS = (
 )
 # Also as `<key>_median`: a run's median over its steps.
 MEDIAN_KEYS = ("kl", "grad_norm")
+# Also as `<key>_<name>`: a run's extreme over its steps.
+EXTREME_KEYS = (("kl", "max", np.max), ("adv_divisor", "min", np.min))
 
 
 def run_means(run: pathlib.Path) -> dict[str, float]:
   """Mean of each KEYS metric over a run's RL steps (`report.rl_rows`: a
   resumed run's rewrite of a step wins), the median of each MEDIAN_KEYS
-  one, plus its wall time in seconds and peak resident memory in MiB
-  where the sweep runner recorded them."""
+  one and the extreme of each EXTREME_KEYS one, plus its wall time in
+  seconds and peak resident memory in MiB where the sweep runner recorded
+  them."""
   logged = report.rl_rows(report.read_metrics(run / "logs" / "metrics.jsonl"))
   rows = [r for r in logged if "episodes" in r]  # rollout steps, not evals
   out = {
@@ -57,6 +61,9 @@ def run_means(run: pathlib.Path) -> dict[str, float]:
   for k in MEDIAN_KEYS:
     if k in out:
       out[f"{k}_median"] = float(np.median([r[k] for r in rows]))
+  for k, name, fn in EXTREME_KEYS:
+    if k in out:
+      out[f"{k}_{name}"] = float(fn([r[k] for r in rows]))
   timed = report.read_timing(run)
   if timed:
     out["seconds"] = float(timed["seconds"])
@@ -91,7 +98,8 @@ def arm_stats(
 
 def table(stats: dict[str, dict]) -> str:
   medians = tuple(f"{k}_median" for k in MEDIAN_KEYS)
-  cols = ("seconds", "peak_rss_mib", *KEYS, *medians)
+  extremes = tuple(f"{k}_{name}" for k, name, _ in EXTREME_KEYS)
+  cols = ("seconds", "peak_rss_mib", *KEYS, *medians, *extremes)
   lines = [
     "| arm | seeds | " + " | ".join(cols) + " |",
     "|---|---|" + "---|" * len(cols),

@@ -1497,11 +1497,12 @@ def test_read_solved_and_pool_pairings(tmp_path):
 def test_arm_stats_averages_steps_then_seeds(tmp_path):
   """scripts/arm_stats.py: a run's RL steps averaged (an evaluation row
   and the SFT rows left out, a resumed run's rewrite of a step winning),
-  then its arm's seeds, and the median over the steps likewise; wall time
+  then its arm's seeds, and the median and extremes over the steps
+  likewise; wall time
   and peak memory from the sweep timing, the memory only where every
   seed's timing has it."""
 
-  def run(arm, seed, kls, seconds, peak=None):
+  def run(arm, seed, kls, seconds, peak=None, divisors=None):
     wd = tmp_path / "root" / "lake" / arm / f"seed{seed}"
     (wd / "logs").mkdir(parents=True)
     rows = [{"step": 1, "sft/loss": 2.0}, {"step": 0, "eval/success_rate": 0.1}]
@@ -1509,6 +1510,9 @@ def test_arm_stats_averages_steps_then_seeds(tmp_path):
       {"step": i + 1, "episodes": 64, "kl": kl, "grad_norm": 1.0}
       for i, kl in enumerate(kls)
     ]
+    for r, d in zip(rows[2:], divisors or [None] * len(kls), strict=True):
+      if d is not None:
+        r["adv_divisor"] = d
     (wd / "logs" / "metrics.jsonl").write_text(
       "".join(json.dumps(r) + "\n" for r in rows)
     )
@@ -1522,7 +1526,7 @@ def test_arm_stats_averages_steps_then_seeds(tmp_path):
   rows = (tmp_path / "root/lake/gigpo/seed1/logs/metrics.jsonl").read_text()
   rows = rows.replace('"step": 3,', '"step": 2,')
   (tmp_path / "root/lake/gigpo/seed1/logs/metrics.jsonl").write_text(rows)
-  run("grpo", 0, [0.4], 50.0)
+  run("grpo", 0, [0.4, 0.1], 50.0, divisors=[0.5, 0.07])
   (tmp_path / "root/lake/grpo/seed1").mkdir()  # unfinished: left out
   out = tmp_path / "stats.json"
   subprocess.run(
@@ -1545,4 +1549,9 @@ def test_arm_stats_averages_steps_then_seeds(tmp_path):
   assert stats["gigpo"]["seconds"] == pytest.approx(150.0)
   assert stats["gigpo"]["peak_rss_mib"] == pytest.approx(2000.0)
   assert stats["grpo"]["seeds"] == [0] and "peak_rss_mib" not in stats["grpo"]
-  assert stats["grpo"]["kl"] == pytest.approx(0.4)
+  assert stats["grpo"]["kl"] == pytest.approx(0.25)
+  # Extremes: seed 0's 9.0 and seed 1's 0.5 (after the rewrite).
+  assert stats["gigpo"]["kl_max"] == pytest.approx((9.0 + 0.5) / 2)
+  assert "adv_divisor_min" not in stats["gigpo"]
+  assert stats["grpo"]["adv_divisor"] == pytest.approx(0.285)
+  assert stats["grpo"]["adv_divisor_min"] == pytest.approx(0.07)
