@@ -70,6 +70,9 @@ gigpo_long. grpo_long_advnorm (seeds 0-2) is level with kl_matched
 (late +0.6 [-6.1, 7.4], 42 / 43 levels), and gigpo_long_advnorm
 (seeds 0-2) level with it late (+1.0 [-6.5, 8.5]; final -4.9 [-16.3,
 6.4], levels 54 / 35 grpo_long_advnorm's way, p 0.056).
+grpo_long_advnorm_ema (seeds 1-2) keeps the divisor steadier (seed 1:
+0.40-0.60 against 0.17-0.80) and is level with grpo_long_advnorm
+(late -0.4, levels 30 / 22, p 0.33).
 """
 
 import ml_collections
