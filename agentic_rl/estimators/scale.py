@@ -130,5 +130,8 @@ class RunningScale:
     return dataclasses.asdict(self)
 
   @classmethod
-  def from_state(cls, state: dict[str, Any]) -> RunningScale:
+  def from_state(cls, state: dict[str, Any] | None) -> RunningScale:
+    """The state `state_dict` gave; a fresh one for None (no step yet)."""
+    if state is None:
+      return cls()
     return cls(float(state["total"]), float(state["weight"]))

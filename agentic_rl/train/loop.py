@@ -1286,9 +1286,7 @@ def step_divisor(run: Run, adv_BxT, turn_mask_BxT) -> float:
   if mode == "none":
     return 1.0
   stat = float(estimators.batch_statistic(adv_BxT, turn_mask_BxT, mode))
-  scale = estimators.RunningScale.from_state(
-    run.host.get("adv_scale", estimators.RunningScale().state_dict())
-  )
+  scale = estimators.RunningScale.from_state(run.host.get("adv_scale"))
   divisor, scale = scale.step(stat, advantage_scale_decay(run.config))
   run.host["adv_scale"] = scale.state_dict()
   return divisor

@@ -128,6 +128,7 @@ def test_running_divisor_is_per_step_at_decay_0_and_steady_under_a_constant(
       stat = float(E.batch_statistic(adv_BxT, mask_BxT, mode))
       d, _ = scale.step(stat, 0.0)
       assert np.float32(d) == E.batch_divisor(adv_BxT, mask_BxT, mode)
+    # Carry a state forward: at decay 0 no history may leak into a step.
     _, scale = scale.step(stat, 0.0)
   # Bias correction: a constant statistic is the divisor from step 1 on.
   c = float(rng.uniform(0.01, 10.0))
