@@ -1059,7 +1059,7 @@ def test_budget_sweep_gives_plain_arms_the_wide_arms_episodes():
   runs = _runs_by_name("configs/ablations/sokoban_budget.py")
   width = _runs_by_name("configs/ablations/sokoban_width.py")
   dynamic = _runs_by_name("configs/ablations/sokoban_dynamic.py")
-  assert len(runs) == 3 + 3 * 12
+  assert len(runs) == 3 + 3 * 13
   sweep = sweeps.load_config("configs/ablations/sokoban_budget.py").sweep
   pairs = sweeps.parse_pairs(sweep.pairs, sweep.estimators)
   assert {e for p in pairs for e in p} == set(sweep.estimators) - {"gigpo"}
@@ -1108,11 +1108,15 @@ def test_budget_sweep_gives_plain_arms_the_wide_arms_episodes():
         "loss.kl_coef": str(grpo.loss.kl_coef / 3.369),
         "loss.entropy_coef": str(grpo.loss.entropy_coef / 3.369),
       }
-    # ... and GRPO's divided by a running mean of the steps' statistics
-    norm = dict(runs[f"sokoban/grpo_long_advnorm/seed{seed}"].overrides)
-    ema = runs[f"sokoban/grpo_long_advnorm_ema/seed{seed}"]
-    assert ema.config_arg == "grpo"
-    assert dict(ema.overrides) == {**norm, "rl.advantage_scale_decay": "0.9"}
+    # ... and divided by a running mean of the steps' statistics
+    for estimator in ("gigpo", "grpo"):
+      norm = runs[f"sokoban/{estimator}_long_advnorm/seed{seed}"].overrides
+      ema = runs[f"sokoban/{estimator}_long_advnorm_ema/seed{seed}"]
+      assert ema.config_arg == estimator
+      assert dict(ema.overrides) == {
+        **dict(norm),
+        "rl.advantage_scale_decay": "0.9",
+      }
   smoke = _runs_by_name("configs/ablations/sokoban_budget.py:smoke")
   smoke_steps = sweeps.load_config("configs/sokoban.py:gigpo,smoke").rl.steps
   for arm in ("gigpo_long", "grpo_long", "grpo_long_lr2x"):

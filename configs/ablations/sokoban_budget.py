@@ -48,6 +48,11 @@ and asks which way of spending 5,760 episodes reaches more:
               last 10 steps) instead of each step's own: a step whose
               groups are nearly all alike has a few small advantages,
               and on its own statistic they were multiplied up to 15x.
+  gigpo_long_advnorm_ema
+              the same running divisor for GiGPO, whose per-step
+              divisor swings more (its smallest step statistic is about
+              4x below its mean): is normalized GiGPO's lower step-90
+              evaluation the per-step reweighting?
 
 The task sampler draws one task at a time from one stream, so the long
 arm plays the wide arm's 720 tasks in the same order (8 a step, not 24),
@@ -93,6 +98,7 @@ ARMS = (
   "gigpo_long_advnorm",
   "grpo_long_advnorm",
   "grpo_long_advnorm_ema",
+  "gigpo_long_advnorm_ema",
 )
 # Mean |advantage| per RL step, grpo_long over gigpo_long (6 seeds each,
 # experiments/sokoban_budget/arm_stats.json: 0.456 / 3.369).
@@ -119,8 +125,10 @@ PAIRS = (
   "grpo_long_advnorm:gigpo_long",
   "grpo_long_advnorm:grpo_long_advnorm_ema",
   "grpo_long_kl_matched:grpo_long_advnorm_ema",
+  "gigpo_long_advnorm:gigpo_long_advnorm_ema",
+  "gigpo_long:gigpo_long_advnorm_ema",
 )
-# The running divisor's decay (grpo_long_advnorm_ema).
+# The running divisor's decay (the *_advnorm_ema arms).
 EMA_DECAY = 0.9
 
 
@@ -137,6 +145,7 @@ def arms(c: ml_collections.ConfigDict, rl_steps: int) -> dict:
       "entropy_coef": c.loss.entropy_coef / GIGPO_ADV,
     },
   }
+  ema = {**advnorm, "rl": {**advnorm["rl"], "advantage_scale_decay": EMA_DECAY}}
   return {
     "gigpo_2x": width["gigpo_2x"],
     "gigpo_wide": width["gigpo_wide"],
@@ -164,13 +173,8 @@ def arms(c: ml_collections.ConfigDict, rl_steps: int) -> dict:
     },
     "gigpo_long_advnorm": {"variant": "gigpo", "overrides": advnorm},
     "grpo_long_advnorm": {"variant": "grpo", "overrides": advnorm},
-    "grpo_long_advnorm_ema": {
-      "variant": "grpo",
-      "overrides": {
-        **advnorm,
-        "rl": {**advnorm["rl"], "advantage_scale_decay": EMA_DECAY},
-      },
-    },
+    "grpo_long_advnorm_ema": {"variant": "grpo", "overrides": ema},
+    "gigpo_long_advnorm_ema": {"variant": "gigpo", "overrides": ema},
   }
 
 
