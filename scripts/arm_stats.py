@@ -8,9 +8,11 @@ For every arm of `<root>/<env>/<arm>/seed<k>`: the seeds finished, and
 over their RL steps (a run's steps averaged, then the runs): episodes
 played a step, the fraction of played groups with mixed success, the
 update's mean |advantage| (and its divisor under `rl.advantage_scale`),
-KL to the SFT policy, gradient norm, dynamic sampling's rounds a step;
-the median KL and gradient norm over the steps (one spiking update, as
-seed 5's first on Sokoban, moves a mean but not these); the run's
+KL to the SFT policy, gradient norm, the fraction of updates whose
+gradient `max_grad_norm` clipped (runs that log it), dynamic sampling's
+rounds a step; the median KL and gradient norm over the steps (one
+spiking update, as seed 5's first on Sokoban, moves a mean but not
+these); the run's
 largest KL and smallest divisor (its most amplified step); and the run's
 wall time and peak resident memory (`sweep_timing.json`, the memory
 where recorded). `--seeds` keeps those seeds only (arms run on different
@@ -37,6 +39,7 @@ KEYS = (
   "adv_divisor",
   "kl",
   "grad_norm",
+  "grad_clipped",
   "dynamic/rounds",
 )
 # Also as `<key>_median`: a run's median over its steps.

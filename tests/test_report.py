@@ -1502,7 +1502,7 @@ def test_arm_stats_averages_steps_then_seeds(tmp_path):
   and peak memory from the sweep timing, the memory only where every
   seed's timing has it."""
 
-  def run(arm, seed, kls, seconds, peak=None, divisors=None):
+  def run(arm, seed, kls, seconds, peak=None, divisors=None, clipped=None):
     wd = tmp_path / "root" / "lake" / arm / f"seed{seed}"
     (wd / "logs").mkdir(parents=True)
     rows = [{"step": 1, "sft/loss": 2.0}, {"step": 0, "eval/success_rate": 0.1}]
@@ -1513,6 +1513,9 @@ def test_arm_stats_averages_steps_then_seeds(tmp_path):
     for r, d in zip(rows[2:], divisors or [None] * len(kls), strict=True):
       if d is not None:
         r["adv_divisor"] = d
+    for r, c in zip(rows[2:], clipped or [None] * len(kls), strict=True):
+      if c is not None:
+        r["grad_clipped"] = c
     (wd / "logs" / "metrics.jsonl").write_text(
       "".join(json.dumps(r) + "\n" for r in rows)
     )
@@ -1526,7 +1529,7 @@ def test_arm_stats_averages_steps_then_seeds(tmp_path):
   rows = (tmp_path / "root/lake/gigpo/seed1/logs/metrics.jsonl").read_text()
   rows = rows.replace('"step": 3,', '"step": 2,')
   (tmp_path / "root/lake/gigpo/seed1/logs/metrics.jsonl").write_text(rows)
-  run("grpo", 0, [0.4, 0.1], 50.0, divisors=[0.5, 0.07])
+  run("grpo", 0, [0.4, 0.1], 50.0, divisors=[0.5, 0.07], clipped=[1.0, 0.5])
   (tmp_path / "root/lake/grpo/seed1").mkdir()  # unfinished: left out
   out = tmp_path / "stats.json"
   subprocess.run(
@@ -1555,3 +1558,5 @@ def test_arm_stats_averages_steps_then_seeds(tmp_path):
   assert "adv_divisor_min" not in stats["gigpo"]
   assert stats["grpo"]["adv_divisor"] == pytest.approx(0.285)
   assert stats["grpo"]["adv_divisor_min"] == pytest.approx(0.07)
+  assert stats["grpo"]["grad_clipped"] == pytest.approx(0.75)
+  assert "grad_clipped" not in stats["gigpo"]

@@ -216,6 +216,13 @@ def update_step(
   metrics.update(
     loss=loss,
     grad_norm=grad_norm,
+    # 1 when `max_grad_norm` scaled this update's gradient down (averaged
+    # over an RL step's updates, the fraction clipped).
+    grad_clipped=(
+      (grad_norm > config.optimizer.max_grad_norm).astype(jnp.float32)
+      if config.optimizer.max_grad_norm is not None
+      else jnp.zeros((), jnp.float32)
+    ),
     update_norm=optax.global_norm(updates),
     learning_rate=make_schedule(config.optimizer)(
       schedule_count(state.opt_state, state.step)

@@ -286,6 +286,19 @@ def test_turn_level_ratio_same_on_a_mesh(rl_setup):
   _close(jax.device_get(m8), jax.device_get(m), rtol=1e-4, atol=1e-6)
 
 
+def test_grad_clipped_says_whether_max_grad_norm_cut_the_gradient(rl_setup):
+  _, m = rl_setup.step_fn(fresh_state(), rl_setup.inputs)
+  norm = float(m["grad_norm"])
+  assert norm > 0
+  for max_norm, want in ((norm / 2, 1.0), (2 * norm, 0.0), (None, 0.0)):
+    opt = dataclasses.replace(OPT_CONFIG, max_grad_norm=max_norm)
+    cfg = dataclasses.replace(STEP_CONFIG, optimizer=opt)
+    state, layout = st.create_train_state(MODEL_CONFIG, opt, seed=0)
+    _, m = sp.make_train_step(cfg, layout)(state, rl_setup.inputs)
+    assert float(m["grad_norm"]) == pytest.approx(norm, rel=1e-6)
+    assert float(m["grad_clipped"]) == want
+
+
 def test_gradient_accumulation_matches_full_batch(rl_setup):
   """seq-mean-token-mean, with a row without trained tokens in one of the
   two microbatches: they weigh by their rows with tokens (3 and 4)."""
