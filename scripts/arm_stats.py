@@ -12,12 +12,11 @@ KL to the SFT policy, gradient norm, the fraction of updates whose
 gradient `max_grad_norm` clipped (runs that log it), dynamic sampling's
 rounds a step; the median KL and gradient norm over the steps (one
 spiking update, as seed 5's first on Sokoban, moves a mean but not
-these); the run's
-largest KL and smallest divisor (its most amplified step); and the run's
-wall time and peak resident memory (`sweep_timing.json`, the memory
-where recorded). `--seeds` keeps those seeds only (arms run on different
-seed counts are then averaged over the same ones). The held-out numbers
-are the sweep report's.
+these); the run's largest KL and smallest divisor (its most amplified
+step); and the run's wall time and peak resident memory
+(`sweep_timing.json`, the memory where recorded). `--seeds` keeps those
+seeds only (arms run on different seed counts are then averaged over the
+same ones). The held-out numbers are the sweep report's.
 """
 
 import argparse
