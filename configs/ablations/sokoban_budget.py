@@ -77,7 +77,12 @@ gigpo_long. grpo_long_advnorm (seeds 0-2) is level with kl_matched
 6.4], levels 54 / 35 grpo_long_advnorm's way, p 0.056).
 grpo_long_advnorm_ema (seeds 1-2) keeps the divisor steadier (seed 1:
 0.40-0.60 against 0.17-0.80) and is level with grpo_long_advnorm
-(late -0.4, levels 30 / 22, p 0.33).
+(late -0.4, levels 30 / 22, p 0.33). On one machine (seeds 1-2,
+experiments/sokoban_budget/same_machine/) gigpo_long_advnorm's lower
+final evaluation is gone (-0.4, levels 34 / 33): gigpo_long run again on
+another CPU splits the levels 38 / 23 against itself.
+gigpo_long_advnorm_ema holds GiGPO's divisor in 3.35-4.63 (per-step
+0.49-7.34 on seed 1) and learns as the other two (late +0.1 and -1.1).
 """
 
 import ml_collections
