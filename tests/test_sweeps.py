@@ -1110,13 +1110,12 @@ def test_budget_sweep_gives_plain_arms_the_wide_arms_episodes():
       }
     # ... and divided by a running mean of the steps' statistics
     for estimator in ("gigpo", "grpo"):
-      norm = runs[f"sokoban/{estimator}_long_advnorm/seed{seed}"].overrides
+      norm = dict(
+        runs[f"sokoban/{estimator}_long_advnorm/seed{seed}"].overrides
+      )
       ema = runs[f"sokoban/{estimator}_long_advnorm_ema/seed{seed}"]
       assert ema.config_arg == estimator
-      assert dict(ema.overrides) == {
-        **dict(norm),
-        "rl.advantage_scale_decay": "0.9",
-      }
+      assert dict(ema.overrides) == {**norm, "rl.advantage_scale_decay": "0.9"}
   smoke = _runs_by_name("configs/ablations/sokoban_budget.py:smoke")
   smoke_steps = sweeps.load_config("configs/sokoban.py:gigpo,smoke").rl.steps
   for arm in ("gigpo_long", "grpo_long", "grpo_long_lr2x"):
