@@ -187,8 +187,13 @@ def task_pool(config) -> TaskPool:
   return TaskPool.from_envs(spec)
 
 
-def setup(config, workdir: str) -> Run:
-  """Builds every component and restores the latest checkpoint, if any."""
+def setup(config, workdir: str, record: bool = True) -> Run:
+  """Builds every component and restores the latest checkpoint, if any.
+
+  With `record` (a run's launch) the machine is appended to the run's
+  record (`record_machine`, which measures `machine.numerics_probe`: 15-30
+  s on a 2-core CPU); a scratch run, which trains nothing, skips it.
+  """
   workdir = pathlib.Path(workdir)
   workdir.mkdir(parents=True, exist_ok=True)
   (workdir / "config.json").write_text(config.to_json_best_effort(indent=2))
@@ -276,7 +281,8 @@ def setup(config, workdir: str) -> Run:
       state, host = warm_start(config, config.init_from, state, layout)
       task_sampler.load_state_dict(host["task_sampler"])
   host.pop("rl_teacher", None)  # e.g. left by a warm start's source
-  record_machine(host)
+  if record:
+    record_machine(host)
   curriculum = make_curriculum(config, task_sampler, host)
   replay = make_replay(config, host)
   check_scale_state(config, host)
@@ -858,13 +864,14 @@ def scratch_run(config) -> Iterator[Run]:
   run's `init_from` is dropped (the checkpoint restored next replaces the
   warm start's policy, and the stage it names may be gone), and so are its
   RL steps: scoring builds no RL update, nor loads the `rl.teacher` that
-  update would need."""
+  update would need. Nor is the machine recorded (nor its numerics probe
+  measured): nothing trains here."""
   if config.get("init_from") or config.rl.steps:
     config = config.copy_and_resolve_references()
     config.init_from = ""
     config.rl.steps = 0
   with tempfile.TemporaryDirectory() as scratch:
-    run = setup(config, scratch)
+    run = setup(config, scratch, record=False)
     try:
       yield run
     finally:

@@ -185,6 +185,7 @@ def test_a_run_rebuilt_from_its_config_json_scores_the_same(sft_stage):
   config.rl.teacher = str(source.parent / "gone_teacher")
   with loop.scratch_run(config) as run:
     assert run.rl_step is None  # scoring builds no update
+    assert "machines" not in run.host  # nor records (probes) the machine
     loop.restore_step(run, source / "checkpoints", 0)
     got, solved = loop.evaluate_by_task(run)
     assert list(solved) == [t.id for t in run.eval_tasks]

@@ -287,16 +287,27 @@ def test_turn_level_ratio_same_on_a_mesh(rl_setup):
 
 
 def test_grad_clipped_says_whether_max_grad_norm_cut_the_gradient(rl_setup):
+  """At the behaviour policy (ratio 1, so no ratio clipping; the KL term's
+  gradient 0) the gradient is linear in the advantages: scaled to norm 2
+  and 0.5, the shared step's max_grad_norm 1.0 cuts the first only. With
+  max_grad_norm unset nothing is cut."""
   _, m = rl_setup.step_fn(fresh_state(), rl_setup.inputs)
   norm = float(m["grad_norm"])
-  assert norm > 0
-  for max_norm, want in ((norm / 2, 1.0), (2 * norm, 0.0), (None, 0.0)):
-    opt = dataclasses.replace(OPT_CONFIG, max_grad_norm=max_norm)
-    cfg = dataclasses.replace(STEP_CONFIG, optimizer=opt)
-    state, layout = st.create_train_state(MODEL_CONFIG, opt, seed=0)
-    _, m = sp.make_train_step(cfg, layout)(state, rl_setup.inputs)
-    assert float(m["grad_norm"]) == pytest.approx(norm, rel=1e-6)
+  assert norm > 0 and OPT_CONFIG.max_grad_norm == 1.0
+  assert float(m["grad_clipped"]) == float(norm > 1.0)
+  for target, want in ((2.0, 1.0), (0.5, 0.0)):
+    scaled = rl_setup.inputs.replace(
+      adv_BxL=rl_setup.inputs.adv_BxL * (target / norm)
+    )
+    _, m = rl_setup.step_fn(fresh_state(), scaled)
+    assert float(m["grad_norm"]) == pytest.approx(target, rel=1e-4)
     assert float(m["grad_clipped"]) == want
+  opt = dataclasses.replace(OPT_CONFIG, max_grad_norm=None)
+  cfg = dataclasses.replace(STEP_CONFIG, optimizer=opt)
+  state, layout = st.create_train_state(MODEL_CONFIG, opt, seed=0)
+  _, m = sp.make_train_step(cfg, layout)(state, rl_setup.inputs)
+  assert float(m["grad_norm"]) == pytest.approx(norm, rel=1e-6)
+  assert float(m["grad_clipped"]) == 0.0
 
 
 def test_gradient_accumulation_matches_full_batch(rl_setup):
