@@ -21,6 +21,15 @@ one Zen 4 VM (2026-12-06), capping XLA's instruction set at AVX2, AVX or
 SSE4.2, or pinning the process to one core, changed both the probe and a
 smoke run's SFT updates, and capping it at AVX-512 (another key) changed
 neither (`experiments/numerics_probe/`).
+
+Measuring the probe takes 15-30 s on a 2-core CPU, so a launcher may hand
+its own to the processes it starts (`probe_environ`, what scripts/sweep.py
+does for its runs): a child takes it only on the same host, with the same
+`numerics_key` (so the same `XLA_FLAGS` and usable cores) and the same
+JAX_*/XLA_* settings, and measures its own otherwise. A new process on one
+machine measures the same digests (tests/test_machine.py), so the handed
+probe is the one the child would measure; its record says it was handed
+("probe_inherited").
 """
 
 from __future__ import annotations
@@ -99,7 +108,8 @@ def describe(
 ) -> dict[str, Any]:
   """This process's machine: CPU, cores, library versions, backend, flags,
   its `numerics_key` under "key" and, with `probe`, its `numerics_probe`
-  under "probe" (the three parts' digests under "probe_parts")."""
+  under "probe" (the three parts' digests under "probe_parts"; whether the
+  launcher handed it over, `probe_environ`, under "probe_inherited")."""
   import jax
   import jaxlib
 
@@ -130,6 +140,7 @@ def describe(
   desc["key"] = numerics_key(desc)
   if probe:
     parts = dict(numerics_probe())
+    desc["probe_inherited"] = parts.pop("inherited", False)
     desc["probe"] = parts.pop("probe")
     desc["probe_parts"] = parts
   return desc
@@ -187,8 +198,72 @@ def _digest(*trees: Any) -> str:
   return h.hexdigest()[:16]
 
 
+# The environment variable a launcher's probe reaches its children by, and
+# the JAX_*/XLA_* variables that do not change what a process computes.
+PROBE_ENV = "AGENTIC_RL_NUMERICS_PROBE"
+_NOT_NUMERICS = ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_")
+
+
+class ProbeEnvError(ValueError):
+  """`PROBE_ENV` holds something `probe_environ` did not write."""
+
+
+def _numerics_env() -> dict[str, str]:
+  return {
+    k: v
+    for k, v in sorted(os.environ.items())
+    if k.startswith(("JAX_", "XLA_")) and not k.startswith(_NOT_NUMERICS)
+  }
+
+
+def _handed_over() -> dict[str, Any]:
+  """What a process launched by this one must match to take its probe."""
+  return {
+    "version": PROBE_VERSION,
+    "host": platform.node(),
+    "key": describe(probe=False)["key"],
+    "env": _numerics_env(),
+  }
+
+
+def probe_environ() -> dict[str, str]:
+  """{PROBE_ENV: this process's probe and what it was measured under}: the
+  environment a launcher adds to its children's so that those of its host,
+  key and JAX/XLA settings take the probe instead of measuring it."""
+  probe = dict(numerics_probe())
+  probe.pop("inherited", None)
+  return {PROBE_ENV: json.dumps({**_handed_over(), "parts": probe})}
+
+
+def inherited_probe() -> dict[str, str] | None:
+  """The probe `PROBE_ENV` hands this process (with "inherited": True), or
+  None when there is none or it was measured elsewhere: another host, key,
+  probe version or JAX/XLA setting. `ProbeEnvError` when it is malformed."""
+  blob = os.environ.get(PROBE_ENV)
+  if not blob:
+    return None
+  try:
+    got = json.loads(blob)
+    parts = got.pop("parts")
+    ok = set(parts) == {"init", "train", "sample", "probe"}
+  except (json.JSONDecodeError, AttributeError, KeyError, TypeError) as e:
+    raise ProbeEnvError(f"{PROBE_ENV} is not a handed-over probe: {e}") from e
+  if not ok:
+    raise ProbeEnvError(f"{PROBE_ENV} lacks probe parts: {sorted(parts)}")
+  if got != _handed_over():
+    return None
+  return {**parts, "inherited": True}
+
+
 @functools.cache
-def numerics_probe() -> dict[str, str]:
+def numerics_probe() -> dict[str, Any]:
+  """What this process computes: `measure_numerics_probe`, or the probe its
+  launcher handed over (`inherited_probe`; then "inherited": True). Cached
+  per process."""
+  return inherited_probe() or measure_numerics_probe()
+
+
+def measure_numerics_probe() -> dict[str, str]:
   """What this process computes, measured: digests of a small workload run
   here, for telling apart machines whose numbers differ in fact.
 
@@ -207,8 +282,8 @@ def numerics_probe() -> dict[str, str]:
   Processes whose probes differ compute different floats and will not
   repeat each other's runs; equal probes are evidence, not proof, that
   they will (a run's own shapes may compile to kernels the probe's do
-  not reach). Cached per process; a few seconds on a 2-core CPU once its
-  programs are in the compilation cache, 10-20 s before.
+  not reach). 15-20 s on a 2-core CPU once its programs are in the
+  compilation cache (with the tests' XLA flags), 25-35 s before.
   """
   import jax
   import jax.numpy as jnp

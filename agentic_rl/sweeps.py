@@ -584,8 +584,13 @@ def launch(
   module: str = "agentic_rl.main",
   distributed: bool = False,
   compilation_cache: str | os.PathLike | None = None,
+  extra_env: Mapping[str, str] | None = None,
 ) -> RunResult:
   """Runs one run to completion (resuming it if it was interrupted).
+
+  `extra_env` is added to the run's environment (scripts/sweep.py hands
+  the runs its numerics probe, `machine.probe_environ`); the run's own
+  variables (`environ`) win.
 
   The run gets `JAX_COMPILATION_CACHE_DIR` (see `compilation_cache_dir`)
   unless the caller's environment sets it: the runs of a sweep compile the
@@ -601,7 +606,7 @@ def launch(
   # over, so its timing does too; an interrupted one resumes and adds up.
   rerun = (wd / SUMMARY).is_file()
   log = wd / "run.log"
-  env = {**os.environ, **environ(run, distributed)}
+  env = {**os.environ, **(extra_env or {}), **environ(run, distributed)}
   cache = compilation_cache_dir(root, compilation_cache)
   if cache and CACHE_ENV not in env:
     env[CACHE_ENV] = cache
@@ -685,6 +690,7 @@ def run_sweep(
   distributed: bool = False,
   on_result: Callable[[RunResult], None] | None = None,
   compilation_cache: str | os.PathLike | None = None,
+  extra_env: Mapping[str, str] | None = None,
 ) -> list[RunResult]:
   """Runs every unfinished run (`unfinished`), `workers` at a time, in order.
 
@@ -732,6 +738,7 @@ def run_sweep(
           module=module,
           distributed=distributed,
           compilation_cache=compilation_cache,
+          extra_env=extra_env,
         )
         running[future] = run
       if not running:

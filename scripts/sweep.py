@@ -18,7 +18,11 @@ the shared SFT stages they start from); the manifest still lists every run,
 so the report marks the rest unfinished. The manifest `<root>/sweep.json`
 is what scripts/report.py reads. Local runs share a persistent XLA
 compilation cache (`--compilation_cache`, default `<root>/jax_cache`; a
-JAX_COMPILATION_CACHE_DIR already in the environment is kept).
+JAX_COMPILATION_CACHE_DIR already in the environment is kept). The sweep
+measures this machine's numerics probe once and hands it to its runs
+(`machine.probe_environ`: a run takes it if it computes under the same key
+and JAX/XLA settings, as all but a run with its own XLA_FLAGS do) instead
+of each run measuring it (15-30 s each on a 2-core CPU).
 """
 
 import pathlib
@@ -28,7 +32,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from absl import app, flags  # noqa: E402
 
-from agentic_rl import sweeps  # noqa: E402
+from agentic_rl import machine, sweeps  # noqa: E402
 
 _CONFIG = flags.DEFINE_string(
   "config", None, "Ablation config with a `sweep` field (file.py:arg)."
@@ -105,6 +109,7 @@ def main(argv: list[str]) -> int:
     distributed=_DISTRIBUTED.value,
     on_result=report,
     compilation_cache=_CACHE.value,
+    extra_env=machine.probe_environ() if todo else None,
   )
   failed = [r.name for r in results if r.status == "failed"]
   if failed:

@@ -4,6 +4,7 @@ per-launch record."""
 import json
 import os
 import pathlib
+import platform
 import subprocess
 import sys
 
@@ -148,13 +149,13 @@ def test_record_machine_appends_a_launch_only_on_a_new_machine():
   assert old["machines"][0]["unrecorded_before"] is True
 
 
-def _probe_in_subprocess(xla_flags: str) -> dict[str, str]:
+def _probe_in_subprocess(xla_flags: str, **env: str) -> dict[str, str]:
   code = "import json; from agentic_rl import machine; "
   code += "print(json.dumps(machine.numerics_probe()))"
   done = subprocess.run(
     [sys.executable, "-c", code],
     cwd=REPO,
-    env={**os.environ, "XLA_FLAGS": xla_flags},
+    env={**os.environ, "XLA_FLAGS": xla_flags, **env},
     capture_output=True,
     text=True,
     check=True,
@@ -164,16 +165,78 @@ def _probe_in_subprocess(xla_flags: str) -> dict[str, str]:
 
 def test_numerics_probe_repeats_in_a_new_process_and_sees_a_capped_isa():
   """Another process of this machine measures the same digests; one whose
-  XLA may use no more than SSE4.2 (kernels another CPU would get) does not.
-  """
+  XLA may use no more than SSE4.2 (kernels another CPU would get) does not,
+  and refuses the probe this process hands it. One with this process's
+  flags takes the handed probe."""
   here = machine.numerics_probe()
   assert set(here) == {"init", "train", "sample", "probe"}
   assert here["probe"].startswith(f"v{machine.PROBE_VERSION}:")
   flags = os.environ.get("XLA_FLAGS", "")
+  assert os.environ.get(machine.PROBE_ENV) is None
   assert _probe_in_subprocess(flags) == here
-  capped = _probe_in_subprocess(f"{flags} --xla_cpu_max_isa=SSE4_2")
+  handed = machine.probe_environ()
+  assert _probe_in_subprocess(flags, **handed) == {**here, "inherited": True}
+  capped = _probe_in_subprocess(f"{flags} --xla_cpu_max_isa=SSE4_2", **handed)
+  assert "inherited" not in capped
   assert capped["train"] != here["train"]
   assert capped["probe"] != here["probe"]
+
+
+def _handed(**changes):
+  """A probe handed over from a process like this one, as probe_environ
+  writes it (fake digests: nothing is measured)."""
+  parts = {"init": "a", "train": "b", "sample": "c", "probe": "v1:d"}
+  blob = {
+    "version": machine.PROBE_VERSION,
+    "host": platform.node(),
+    "key": machine.describe(probe=False)["key"],
+    "env": {
+      k: v
+      for k, v in os.environ.items()
+      if k.startswith(("JAX_", "XLA_"))
+      and k != "JAX_COMPILATION_CACHE_DIR"
+      and not k.startswith("JAX_PERSISTENT_CACHE_")
+    },
+    "parts": parts,
+    **changes,
+  }
+  return json.dumps(blob), parts
+
+
+def test_a_handed_probe_is_taken_only_where_it_was_measured(monkeypatch):
+  blob, parts = _handed()
+  monkeypatch.setenv(machine.PROBE_ENV, blob)
+  assert machine.inherited_probe() == {**parts, "inherited": True}
+  # The compilation cache does not change the numbers: still taken.
+  monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", "/elsewhere")
+  assert machine.inherited_probe() == {**parts, "inherited": True}
+  for changes in (
+    {"host": "another-host"},
+    {"key": "0" * 16},
+    {"version": machine.PROBE_VERSION + 1},
+  ):
+    monkeypatch.setenv(machine.PROBE_ENV, _handed(**changes)[0])
+    assert machine.inherited_probe() is None, changes
+  # A JAX setting the launcher did not have (the child's own): measured.
+  monkeypatch.setenv(machine.PROBE_ENV, blob)
+  monkeypatch.setenv("JAX_DEFAULT_MATMUL_PRECISION", "highest")
+  assert machine.inherited_probe() is None
+  monkeypatch.delenv(machine.PROBE_ENV)
+  assert machine.inherited_probe() is None
+
+
+@pytest.mark.parametrize(
+  "blob, match",
+  [
+    ("not json", "not a handed-over probe"),
+    ('{"key": "abc"}', "not a handed-over probe"),
+    ('{"parts": {"init": "a"}}', "lacks probe parts"),
+  ],
+)
+def test_a_malformed_handed_probe_is_a_named_error(monkeypatch, blob, match):
+  monkeypatch.setenv(machine.PROBE_ENV, blob)
+  with pytest.raises(machine.ProbeEnvError, match=match):
+    machine.inherited_probe()
 
 
 @pytest.mark.slow

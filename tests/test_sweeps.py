@@ -12,7 +12,7 @@ import textwrap
 import ml_collections
 import pytest
 
-from agentic_rl import losses, rewards, sweeps
+from agentic_rl import losses, machine, rewards, sweeps
 from agentic_rl.train import loop
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -26,6 +26,7 @@ FAKE_MAIN = textwrap.dedent(
   import json, os, pathlib, sys, time
   args = dict(a[2:].split("=", 1) for a in sys.argv[1:])
   args["cache_env"] = os.environ.get("JAX_COMPILATION_CACHE_DIR", "")
+  args["probe_env"] = os.environ.get("AGENTIC_RL_NUMERICS_PROBE", "")
   wd = pathlib.Path(args["workdir"])
   wd.mkdir(parents=True, exist_ok=True)
   with open(wd / "launches.txt", "a") as f:
@@ -467,7 +468,12 @@ def test_fake_sweep_skips_finished_and_resumes_interrupted(
   assert first[1].returncode == 3
 
   second = sweeps.run_sweep(
-    runs, root, workers=1, module="fake_main", compilation_cache=""
+    runs,
+    root,
+    workers=1,
+    module="fake_main",
+    compilation_cache="",
+    extra_env={machine.PROBE_ENV: "handed"},
   )
   assert [r.status for r in second] == ["skipped", "ok", "skipped", "skipped"]
   resumed = json.loads(
@@ -480,6 +486,9 @@ def test_fake_sweep_skips_finished_and_resumes_interrupted(
   # Local runs share <root>/jax_cache unless told otherwise ("" = off).
   assert first_args["cache_env"] == str(root / "jax_cache")
   assert json.loads(launches.splitlines()[1])["cache_env"] == ""
+  # What the caller hands every run (scripts/sweep.py: its probe) arrives.
+  assert first_args["probe_env"] == ""
+  assert json.loads(launches.splitlines()[1])["probe_env"] == "handed"
   assert first_args["config.seed"] == "0"
   assert first_args["config.rl.steps"] == "1"
   timing = json.loads(
@@ -675,6 +684,10 @@ def test_ci_sweep_and_report_end_to_end(tmp_path):
   (stage_eval,) = stage_summary["evals"]
   assert stage_eval["phase"] == "sft"
   (stage_machine,) = stage_summary["machines"]
+  # The sweep measured the probe once and handed it to its runs: the one
+  # this process (same machine, flags and settings) measures.
+  assert stage_machine["probe_inherited"] is True
+  assert stage_machine["probe"] == machine.numerics_probe()["probe"]
   for run in runs:
     summary = json.loads((run / "summary.json").read_text())
     assert summary["evals"][0] == stage_eval
