@@ -23,6 +23,9 @@ For every environment and estimator this computes, over seeds,
   wall seconds per run of each estimator and the largest peak resident
   memory of its runs (the sweep runner's readings), its cost beside its
   effect;
+  each paired difference's seed-level sign test (`sign_flip_p`, printed
+  as "(p ...)" after its interval): each seed one unit, so 2 seeds never
+  give p < 0.5 and 6 are needed for p < 0.05;
   per paired seed, whether the two runs ran on the same machine
   (`agentic_rl.machine`): on different CPUs the same seed is not the same
   run, so those pairs carry cross-machine noise besides the arm's effect;
@@ -160,21 +163,29 @@ class RunCurve:
 
 @dataclasses.dataclass(frozen=True)
 class Interval:
-  """Mean and two-sided t-interval; lo/hi are NaN with fewer than 2 values."""
+  """Mean and two-sided t-interval; lo/hi are NaN with fewer than 2 values.
+
+  `p` (paired differences only, `paired_difference`): the seed-level sign
+  test of the mean, `sign_flip_p`.
+  """
 
   mean: float
   lo: float
   hi: float
   n: int
+  p: float | None = None
 
   def to_dict(self) -> dict[str, float | int | None]:
     clean = lambda x: None if math.isnan(x) else x
-    return {
+    out = {
       "mean": clean(self.mean),
       "lo": clean(self.lo),
       "hi": clean(self.hi),
       "n": self.n,
     }
+    if self.p is not None:
+      out["p"] = self.p
+    return out
 
   def excludes_zero(self) -> bool:
     return self.n > 1 and (self.lo > 0 or self.hi < 0)
@@ -356,12 +367,41 @@ def success_at_equal_episodes(
   return budget, at_a, at_b
 
 
+def sign_flip_p(differences: Sequence[float]) -> float | None:
+  """Exact two-sided p that paired differences' mean is 0, with each seed
+  the unit: under "no difference" each seed's difference is as likely
+  negated, so p is the share of the 2^n sign patterns whose mean is at
+  least as far from 0 (`scipy.stats.permutation_test`, every pattern).
+
+  No normality assumed, unlike the t-interval, and the smallest p n seeds
+  can give is 2 / 2^n: 1 with one seed, 0.5 with 2, 0.0625 with 5, under
+  0.05 from 6 on. None without differences. Past 16 seeds, 100,000 random
+  patterns (seeded) instead of all.
+  """
+  d = np.asarray(differences, np.float64)
+  if d.size == 0:
+    return None
+  if d.size == 1 or not d.any():
+    return 1.0
+  res = scipy.stats.permutation_test(
+    (d,),
+    np.mean,
+    permutation_type="samples",
+    n_resamples=np.inf if d.size <= 16 else 100_000,
+    alternative="two-sided",
+    rng=np.random.default_rng(0),
+  )
+  return float(res.pvalue)
+
+
 def paired_difference(
   treated: Mapping[int, float], baseline: Mapping[int, float]
 ) -> Interval:
-  """t-interval of treated[seed] - baseline[seed] over the shared seeds."""
+  """t-interval of treated[seed] - baseline[seed] over the shared seeds,
+  with their `sign_flip_p` as `p`."""
   seeds = sorted(set(treated) & set(baseline))
-  return t_interval([treated[s] - baseline[s] for s in seeds])
+  diffs = [treated[s] - baseline[s] for s in seeds]
+  return dataclasses.replace(t_interval(diffs), p=sign_flip_p(diffs))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1256,9 +1296,11 @@ def _fmt(x: float | None, digits: int = 3) -> str:
 
 
 def _ci(stat: Mapping[str, Any]) -> str:
+  """Mean [95% CI]; a paired difference's seed-level p after it."""
+  p = f" (p {stat['p']:.2g})" if stat.get("p") is not None else ""
   if stat["lo"] is None:
-    return f"{_fmt(stat['mean'])} (n={stat['n']}, no CI)"
-  return f"{_fmt(stat['mean'])} [{_fmt(stat['lo'])}, {_fmt(stat['hi'])}]"
+    return f"{_fmt(stat['mean'])} (n={stat['n']}, no CI){p}"
+  return f"{_fmt(stat['mean'])} [{_fmt(stat['lo'])}, {_fmt(stat['hi'])}]{p}"
 
 
 def _difficulty_metrics(stats: Mapping[str, Any]) -> list[str]:
@@ -1332,7 +1374,8 @@ def _env_table(env: str, stats: Mapping[str, Any], baseline: str) -> str:
       "Final evaluations task by task, pooled over the seeds whose runs kept"
       " per-task results: McNemar's exact test on the (seed, task) pairs"
       " that differ. It asks whether these trained policies differ on these"
-      " tasks; the seed intervals above ask whether the estimator does.",
+      " tasks; the seed intervals above, and their sign-test p, ask whether"
+      " the estimator does.",
       "",
       "| estimator | RL against its SFT start: tasks lost / gained (p) |"
       f" against {baseline}: tasks only {baseline} / only this one solved"
@@ -1431,7 +1474,8 @@ def _pairs_table(env: str, pairs: Sequence[Mapping[str, Any]]) -> str:
   """The sweep's own pairs in one env: B against A on their shared seeds."""
   lines = [
     f"Arm against arm in {env} (the sweep's `pairs`, and `--pairs`):"
-    " B − A on the same seeds, and the final evaluations task by task:",
+    " B − A on the same seeds (mean [95% CI] (p of the seed-level sign"
+    " test)), and the final evaluations task by task:",
     "",
     "| A → B | seeds | Δ final success | Δ late success | Δ AUC success |"
     " pairs on one machine / different / unrecorded |"

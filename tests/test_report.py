@@ -29,6 +29,29 @@ def test_t_interval_by_hand():
   assert report.t_interval([]).n == 0
 
 
+def test_sign_flip_p_by_hand():
+  # [1, -1, 2, 3]: |sum| 5; of the 16 sign patterns of magnitudes 1, 1, 2,
+  # 3, those with |sum| >= 5 are +-(1 + 1 + 2 + 3) and +-(3 + 2 +- (1 - 1)).
+  assert report.sign_flip_p([1.0, -1.0, 2.0, 3.0]) == pytest.approx(6 / 16)
+  # One sign throughout: only the two one-signed patterns, 2 / 2^n.
+  assert report.sign_flip_p([0.1, 0.2]) == pytest.approx(0.5)
+  assert report.sign_flip_p([0.1, 0.3, 0.1]) == pytest.approx(0.25)
+  assert report.sign_flip_p(np.arange(1.0, 7.0)) == pytest.approx(2 / 64)
+  # The p of the mean's distance from 0: scale and overall sign are moot.
+  for d in ([0.2, -0.05, 0.1], [3.0, 1.0, -2.0, 0.5, 1.5]):
+    want = report.sign_flip_p(d)
+    assert report.sign_flip_p([-7 * x for x in d]) == pytest.approx(want)
+  assert report.sign_flip_p([0.3]) == 1.0  # one seed: both patterns tie
+  assert report.sign_flip_p([0.0, 0.0]) == 1.0
+  assert report.sign_flip_p([]) is None
+  # paired_difference carries it; a plain interval has none.
+  d = report.paired_difference(
+    {0: 0.5, 1: 0.9, 2: 0.6}, {0: 0.4, 1: 0.6, 2: 0.5}
+  )
+  assert d.p == pytest.approx(0.25) and d.to_dict()["p"] == d.p
+  assert "p" not in report.t_interval([1.0, 2.0]).to_dict()
+
+
 def test_auc_and_threshold_by_hand():
   # Trapezoids: (0 + 1) / 2 * 1 + (1 + 1) / 2 * 2 = 2.5 over a range of 3.
   assert report.normalized_auc([0, 1, 3], [0, 1, 1]) == pytest.approx(2.5 / 3)
@@ -340,6 +363,9 @@ def test_summary_statistics_by_hand(sweep_root):
   # Paired: gigpo - grpo final success = 0.1, 0.3, 0.1.
   d = gigpo["vs_baseline"]["final_success"]
   assert d["mean"] == pytest.approx(1 / 6) and d["n"] == 3
+  # Seed-level sign test: all 3 positive, as extreme as only the 2 of the
+  # 2^3 sign patterns with one sign.
+  assert d["p"] == pytest.approx(2 / 8)
   assert "vs_baseline" not in grpo
   # Training gain with 2 RL steps (window 1): step 2 - step 1 = the slope;
   # paired gigpo - grpo: 0.1, 0.2, 0.3.
@@ -397,7 +423,11 @@ def test_summary_statistics_by_hand(sweep_root):
   (finding,) = report.findings(s)
   assert "gigpo − grpo" in finding and "95% CI covers 0" in finding
   # Late 0.15 +- 0.25 covers 0 as final does.
-  assert "late success (second half of RL) 0.150 [-0.098, 0.398] too" in finding
+  assert (
+    "late success (second half of RL) 0.150 [-0.098, 0.398] (p 0.25) too"
+    in finding
+  )
+  assert "final success = 0.167 [-0.120, 0.454] (p 0.25) over" in finding
   assert "1 of 3 pairs ran on different machines" in finding
   assert (
     "task by task over 2 seeds' final evaluations, 1 task only grpo solved"
