@@ -98,14 +98,6 @@ def test_numerics_key_follows_what_decides_the_floats():
     machine.numerics_key(record)
 
 
-# On the worker of the Sokoban smoke runs (tests/test_sweeps.py's CI sweep
-# test and tests/train/test_loop.py's straight run read this process's
-# probe too): a process measures its probe once, 15-30 s on 2 cores, so
-# the group measures it once instead of once per worker it touches.
-ON_THE_PROBED_WORKER = pytest.mark.xdist_group("sokoban_smoke")
-
-
-@ON_THE_PROBED_WORKER
 def test_describe_this_machine():
   here = machine.describe()
   assert here["key"] == machine.numerics_key(here)
@@ -171,7 +163,6 @@ def _probe_in_subprocess(xla_flags: str, **env: str) -> dict[str, str]:
   return json.loads(done.stdout.splitlines()[-1])
 
 
-@ON_THE_PROBED_WORKER
 def test_numerics_probe_repeats_in_a_new_process_and_sees_a_capped_isa():
   """Another process of this machine measures the same digests; one whose
   XLA may use no more than SSE4.2 (kernels another CPU would get) does not,
