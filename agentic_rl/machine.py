@@ -23,8 +23,9 @@ smoke run's SFT updates, and capping it at AVX-512 (another key) changed
 neither (`experiments/numerics_probe/`).
 
 Measuring the probe takes 15-30 s on a 2-core CPU, so a launcher may hand
-its own to the processes it starts (`probe_environ`, what scripts/sweep.py
-does for its runs): a child takes it only on the same host, with the same
+its own to the processes it starts (`probe_environ`; scripts/sweep.py
+measures it in one child and hands it to its runs, `sweeps.
+probe_environ`): a child takes it only on the same host, with the same
 `numerics_key` (so the same `XLA_FLAGS` and usable cores) and the same
 JAX_*/XLA_* settings, and measures its own otherwise. A new process on one
 machine measures the same digests (tests/test_machine.py), so the handed

@@ -576,6 +576,53 @@ def compilation_cache_dir(
   return str(pathlib.Path(root) / CACHE_DIR) if cache is None else str(cache)
 
 
+PROBE_TIMEOUT_S = 600
+
+
+def probe_environ(
+  root: str | os.PathLike,
+  *,
+  python: str = sys.executable,
+  compilation_cache: str | os.PathLike | None = None,
+) -> dict[str, str]:
+  """This machine's numerics probe as the environment a sweep's runs take
+  it from (`machine.probe_environ`), measured once in a child process
+  with the runs' interpreter, environment and compilation cache: the
+  sweep itself never starts JAX, so it holds no accelerator or memory its
+  runs need. If the child fails (or runs past `PROBE_TIMEOUT_S`) it says
+  so on stderr and returns {}: each run then measures its own probe.
+  """
+  env = dict(os.environ)
+  cache = compilation_cache_dir(root, compilation_cache)
+  if cache and CACHE_ENV not in env:
+    env[CACHE_ENV] = cache
+  code = "import json; from agentic_rl import machine; "
+  code += "print(json.dumps(machine.probe_environ()))"
+  try:
+    done = subprocess.run(
+      [python, "-c", code],
+      cwd=REPO_ROOT,
+      env=env,
+      capture_output=True,
+      text=True,
+      timeout=PROBE_TIMEOUT_S,
+    )
+    if done.returncode:
+      raise RuntimeError(f"exit {done.returncode}: {done.stderr[-500:]}")
+    return json.loads(done.stdout.splitlines()[-1])
+  except (OSError, RuntimeError, IndexError, ValueError) as e:
+    why = f"{type(e).__name__}: {e}"
+  except subprocess.TimeoutExpired:
+    why = f"no probe within {PROBE_TIMEOUT_S} s"
+  print(
+    f"numerics probe not measured for the runs ({why}); each run measures"
+    " its own",
+    file=sys.stderr,
+    flush=True,
+  )
+  return {}
+
+
 def launch(
   run: RunSpec,
   root: str | os.PathLike,
@@ -589,7 +636,7 @@ def launch(
   """Runs one run to completion (resuming it if it was interrupted).
 
   `extra_env` is added to the run's environment (scripts/sweep.py hands
-  the runs its numerics probe, `machine.probe_environ`); the run's own
+  the runs the machine's numerics probe, `probe_environ`); the run's own
   variables (`environ`) win.
 
   The run gets `JAX_COMPILATION_CACHE_DIR` (see `compilation_cache_dir`)

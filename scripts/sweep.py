@@ -19,10 +19,11 @@ so the report marks the rest unfinished. The manifest `<root>/sweep.json`
 is what scripts/report.py reads. Local runs share a persistent XLA
 compilation cache (`--compilation_cache`, default `<root>/jax_cache`; a
 JAX_COMPILATION_CACHE_DIR already in the environment is kept). The sweep
-measures this machine's numerics probe once and hands it to its runs
-(`machine.probe_environ`: a run takes it if it computes under the same key
-and JAX/XLA settings, as all but a run with its own XLA_FLAGS do) instead
-of each run measuring it (15-30 s each on a 2-core CPU).
+measures this machine's numerics probe once, in a child process, and
+hands it to its runs (`sweeps.probe_environ`: a run takes it if it
+computes under the same key and JAX/XLA settings, as all but a run with
+its own XLA_FLAGS do) instead of each run measuring it (15-30 s each on a
+2-core CPU).
 """
 
 import pathlib
@@ -32,7 +33,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from absl import app, flags  # noqa: E402
 
-from agentic_rl import machine, sweeps  # noqa: E402
+from agentic_rl import sweeps  # noqa: E402
 
 _CONFIG = flags.DEFINE_string(
   "config", None, "Ablation config with a `sweep` field (file.py:arg)."
@@ -109,7 +110,13 @@ def main(argv: list[str]) -> int:
     distributed=_DISTRIBUTED.value,
     on_result=report,
     compilation_cache=_CACHE.value,
-    extra_env=machine.probe_environ() if todo else None,
+    extra_env=(
+      sweeps.probe_environ(
+        _ROOT.value, python=_PYTHON.value, compilation_cache=_CACHE.value
+      )
+      if todo
+      else None
+    ),
   )
   failed = [r.name for r in results if r.status == "failed"]
   if failed:

@@ -506,6 +506,17 @@ def test_fake_sweep_skips_finished_and_resumes_interrupted(
   assert manifest["baseline"] == "grpo"
 
 
+def test_a_probe_that_cannot_be_measured_leaves_each_run_its_own(
+  tmp_path, capsys
+):
+  # The probe's child exits 1, is no program, or prints no probe: the
+  # sweep says so and hands nothing (each run then measures its own).
+  for python in ("false", str(tmp_path / "missing"), "echo"):
+    assert sweeps.probe_environ(tmp_path, python=python) == {}, python
+    err = capsys.readouterr().err
+    assert "numerics probe not measured for the runs" in err, python
+
+
 def test_shared_sft_stages_run_first_and_gate_their_runs(tmp_path, monkeypatch):
   (tmp_path / "fake_main.py").write_text(FAKE_MAIN)
   monkeypatch.setenv("PYTHONPATH", str(tmp_path))
