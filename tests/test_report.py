@@ -30,8 +30,9 @@ def test_t_interval_by_hand():
 
 
 def test_sign_flip_p_by_hand():
-  # [1, -1, 2, 3]: |sum| 5; of the 16 sign patterns of magnitudes 1, 1, 2,
-  # 3, those with |sum| >= 5 are +-(1 + 1 + 2 + 3) and +-(3 + 2 +- (1 - 1)).
+  # [1, -1, 2, 3]: |sum| 5. Of the 16 sums +-1 +-1 +-2 +-3, those at
+  # least 5 from 0 are 7 (all +), 5 (+2 +3, the 1s opposite: 2 ways) and
+  # their negatives: 6.
   assert report.sign_flip_p([1.0, -1.0, 2.0, 3.0]) == pytest.approx(6 / 16)
   # One sign throughout: only the two one-signed patterns, 2 / 2^n.
   assert report.sign_flip_p([0.1, 0.2]) == pytest.approx(0.5)
