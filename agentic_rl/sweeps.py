@@ -576,6 +576,24 @@ def compilation_cache_dir(
   return str(pathlib.Path(root) / CACHE_DIR) if cache is None else str(cache)
 
 
+def _child_env(
+  root: str | os.PathLike,
+  compilation_cache: str | os.PathLike | None,
+  *extra: Mapping[str, str],
+) -> dict[str, str]:
+  """This process's environment with `extra` on top and the compilation
+  cache a local run gets (`compilation_cache_dir`, unless already set):
+  what a run, and the child that measures the probe handed to the runs,
+  start with."""
+  env = {**os.environ}
+  for more in extra:
+    env.update(more)
+  cache = compilation_cache_dir(root, compilation_cache)
+  if cache and CACHE_ENV not in env:
+    env[CACHE_ENV] = cache
+  return env
+
+
 PROBE_TIMEOUT_S = 600
 
 
@@ -592,10 +610,7 @@ def probe_environ(
   runs need. If the child fails (or runs past `PROBE_TIMEOUT_S`) it says
   so on stderr and returns {}: each run then measures its own probe.
   """
-  env = dict(os.environ)
-  cache = compilation_cache_dir(root, compilation_cache)
-  if cache and CACHE_ENV not in env:
-    env[CACHE_ENV] = cache
+  env = _child_env(root, compilation_cache)
   code = "import json; from agentic_rl import machine; "
   code += "print(json.dumps(machine.probe_environ()))"
   try:
@@ -653,10 +668,9 @@ def launch(
   # over, so its timing does too; an interrupted one resumes and adds up.
   rerun = (wd / SUMMARY).is_file()
   log = wd / "run.log"
-  env = {**os.environ, **(extra_env or {}), **environ(run, distributed)}
-  cache = compilation_cache_dir(root, compilation_cache)
-  if cache and CACHE_ENV not in env:
-    env[CACHE_ENV] = cache
+  env = _child_env(
+    root, compilation_cache, extra_env or {}, environ(run, distributed)
+  )
   start = time.perf_counter()
   with open(log, "a") as f:
     f.write(f"$ {shell_command(run, root, python=python)}\n")
