@@ -7,10 +7,10 @@ the newest checkpoint in --workdir, and prints the summary.
 import json
 import os
 
-import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from agentic_rl import sweeps
 from agentic_rl.train import loop
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -40,10 +40,8 @@ def _paired_lines(summary: dict) -> str:
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)  # orbax logs every file at INFO
-  if os.environ.get("AGENTIC_RL_DISTRIBUTED") == "1":
-    # Multi-host (TPU pod, multi-node GPU): one process per host; JAX reads
-    # the coordinator and process ids from the cluster environment.
-    jax.distributed.initialize()
+  if os.environ.get(sweeps.DISTRIBUTED_ENV) == "1":
+    sweeps.initialize_distributed()
   summary = loop.train(_CONFIG.value, _WORKDIR.value)
   evals = "\n".join(
     f"  {e['phase']:>3} step {e['rl_step']:4d}: success "

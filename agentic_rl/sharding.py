@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import math
 import threading
 from collections.abc import Iterator, Sequence
@@ -29,6 +30,7 @@ from typing import Any
 import jax
 import numpy as np
 from flax import nnx
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 MESH_AXES = ("data", "fsdp", "tensor")
@@ -75,21 +77,98 @@ def make_mesh(
   shape: Sequence[int] = (1, 1, 1),
   devices: Sequence[jax.Device] | None = None,
 ) -> Mesh:
-  """A `(data, fsdp, tensor)` mesh of the given shape over `devices`."""
+  """A `(data, fsdp, tensor)` mesh of the given shape over `devices`.
+
+  By default the first devices of `jax.devices()`, which in a multi-process
+  run must include every process's (else a ValueError says so).
+  """
   shape = tuple(int(s) for s in shape)
   if len(shape) != len(MESH_AXES) or any(s <= 0 for s in shape):
     raise ValueError(
       f"mesh shape must be 3 positive ints for {MESH_AXES}: {shape}"
     )
-  devices = list(jax.devices() if devices is None else devices)
+  default = devices is None
+  devices = list(jax.devices() if default else devices)
   need = math.prod(shape)
   if need > len(devices):
     raise ValueError(
       f"mesh shape {shape} needs {need} devices, only {len(devices)} available"
     )
-  device_array = np.asarray(devices[:need], dtype=object).reshape(shape)
+  devices = devices[:need]
+  missing = set(range(jax.process_count())) - {d.process_index for d in devices}
+  if default and missing:
+    # Every process runs every jitted function of the run (one controller
+    # per host), so each one needs devices in the run's mesh. (A mesh over
+    # given devices, e.g. one process's own, is for process-local work.)
+    raise ValueError(
+      f"mesh shape {shape} uses {need} of {jax.device_count()} devices and "
+      f"none of process(es) {sorted(missing)}; in a multi-process run the "
+      f"mesh must span every process's devices ({jax.local_device_count()} "
+      "a process here)"
+    )
+  device_array = np.asarray(devices, dtype=object).reshape(shape)
   auto = (jax.sharding.AxisType.Auto,) * len(MESH_AXES)
   return Mesh(device_array, MESH_AXES, axis_types=auto)
+
+
+class ProcessDivergenceError(RuntimeError):
+  """Processes of a multi-process run computed different host-side data."""
+
+
+def is_primary() -> bool:
+  """Whether this process writes the run's files: logs, summaries, records
+  (process 0 of a multi-process run; always, in a single-process one)."""
+  return jax.process_index() == 0
+
+
+def check_same_across_processes(tree: Any, what: str) -> None:
+  """Raises `ProcessDivergenceError` unless every process holds equal `tree`.
+
+  A multi-process run repeats its host-side work (task draws, rollouts,
+  environments, rewards) in every process and feeds the results to the
+  device as if all processes agreed; each then contributes its own rows'
+  shards, so a process whose rollout went another way (a tool that timed
+  out on one host only, say) would silently mix two batches. This compares
+  a 16-byte digest of the leaves (their dtypes, shapes and bytes) across
+  processes: a collective, so every process must call it at the same point.
+  A no-op in a single-process run.
+  """
+  if jax.process_count() == 1:
+    return
+  digest = hashlib.blake2b(digest_size=16)
+  for leaf in jax.tree.leaves(tree):
+    a = np.ascontiguousarray(np.asarray(leaf))
+    digest.update(f"{a.dtype}{a.shape}".encode())
+    digest.update(a.tobytes())
+  mine = np.frombuffer(digest.digest(), np.uint8)
+  every = np.asarray(multihost_utils.process_allgather(mine))
+  differ = [p for p, d in enumerate(every) if not np.array_equal(d, every[0])]
+  if differ:
+    raise ProcessDivergenceError(
+      f"{what} differs between processes: process(es) {differ} disagree with "
+      "process 0. A multi-process run repeats rollouts, environments and "
+      "rewards in every process and needs them deterministic given the "
+      "config and seed"
+    )
+
+
+def to_host(tree: Any) -> Any:
+  """`jax.device_get` that also works in a multi-process run.
+
+  An array spread over several processes' devices is not readable from any
+  one of them; it is gathered (`process_allgather`, a collective: every
+  process must call this at the same point). Arrays this process holds
+  whole (single-process runs, replicated values) are read directly.
+  """
+
+  def get(x):
+    if not isinstance(x, jax.Array):
+      return x
+    if x.is_fully_addressable or x.is_fully_replicated:
+      return np.asarray(x)
+    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+  return jax.tree.map(get, tree)
 
 
 def _rules_dict(rules: Rules) -> dict[str, tuple[str, ...]]:

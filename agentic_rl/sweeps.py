@@ -80,6 +80,11 @@ TIMING = "sweep_timing.json"
 ADOPTED = "adopted_from.json"
 # Read by agentic_rl.main: call jax.distributed.initialize() before training.
 DISTRIBUTED_ENV = "AGENTIC_RL_DISTRIBUTED"
+# Process count and this process's id, for launches no cluster describes
+# (several processes on one machine, hand-started hosts); a TPU pod, SLURM
+# or Open MPI job leaves them unset and JAX reads its own environment.
+NUM_PROCESSES_ENV = "AGENTIC_RL_NUM_PROCESSES"
+PROCESS_ID_ENV = "AGENTIC_RL_PROCESS_ID"
 # Local runs share a persistent XLA compilation cache under the root.
 CACHE_DIR = "jax_cache"
 CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
@@ -508,6 +513,37 @@ def command(
     init = pathlib.Path(root) / run.init_from_run
     argv.append(f"--config.init_from={init}")
   return argv
+
+
+def initialize_distributed(environ: dict[str, str] | None = None) -> None:
+  """`jax.distributed.initialize()` for a multi-process run.
+
+  Cluster environments (TPU pods, SLURM, Open MPI) are detected by JAX; a
+  local launch names `JAX_COORDINATOR_ADDRESS` (host:port of process 0),
+  `AGENTIC_RL_NUM_PROCESSES` and `AGENTIC_RL_PROCESS_ID`. On CPU the
+  processes' collectives go over gloo.
+  """
+  environ = os.environ if environ is None else environ
+  counts = {}
+  for key, name in (
+    (NUM_PROCESSES_ENV, "num_processes"),
+    (PROCESS_ID_ENV, "process_id"),
+  ):
+    if environ.get(key):
+      try:
+        counts[name] = int(environ[key])
+      except ValueError:
+        raise SweepSpecError(
+          f"{key}={environ[key]!r} is not an integer"
+        ) from None
+  if len(counts) == 1:
+    raise SweepSpecError(
+      f"set both {NUM_PROCESSES_ENV} and {PROCESS_ID_ENV}, or neither"
+    )
+  import jax  # the sweep process itself never starts JAX
+
+  jax.config.update("jax_cpu_collectives_implementation", "gloo")
+  jax.distributed.initialize(**counts)
 
 
 def environ(run: RunSpec, distributed: bool = False) -> dict[str, str]:

@@ -9,7 +9,8 @@ Runs whose workdir holds summary.json are skipped; interrupted ones resume
 from their checkpoints. `--print_commands` prints one launch line per
 unfinished run (for a cluster scheduler or a TPU pod) instead of running.
 `--distributed` sets AGENTIC_RL_DISTRIBUTED=1 on each run so that
-`agentic_rl.main` calls `jax.distributed.initialize()` (multi-host).
+`agentic_rl.main` calls `jax.distributed.initialize()` (multi-host, one
+process per host; the README's "On a mesh, and on several hosts").
 `--stages_from=<root>` copies the finished SFT stages this sweep needs
 from another root of the same recipe (checked field by field, see
 `sweeps.adopt_stages`) instead of training them again.

@@ -52,6 +52,7 @@ import dataclasses
 import itertools
 import json
 import pathlib
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -196,7 +197,8 @@ def setup(config, workdir: str, record: bool = True) -> Run:
   """
   workdir = pathlib.Path(workdir)
   workdir.mkdir(parents=True, exist_ok=True)
-  (workdir / "config.json").write_text(config.to_json_best_effort(indent=2))
+  if shd.is_primary():  # one writer of the run's files (multi-process runs)
+    (workdir / "config.json").write_text(config.to_json_best_effort(indent=2))
   tokenizer = build_env_tokenizer()
   model_config = _model_config(config, tokenizer)
   mesh = shd.make_mesh(tuple(config.mesh.shape))
@@ -260,6 +262,7 @@ def setup(config, workdir: str, record: bool = True) -> Run:
     "evals": [],
   }
   warm = checkpointer.latest_step() is None and bool(config.get("init_from"))
+  logged = {}  # where the logs are cut back to: all of them from scratch
   if checkpointer.latest_step() is not None:
     state, host = checkpointer.restore(state, layout)
     if checkpointer.latest_step() != host["rl_step"]:
@@ -273,13 +276,12 @@ def setup(config, workdir: str, record: bool = True) -> Run:
         "begun with, or start RL from it in a new workdir (config.init_from)"
       )
     task_sampler.load_state_dict(host["task_sampler"])
-    if "log_mark" in host:  # saved since 2026-12-03: rows past it are redone
-      set_aside_after(workdir / "logs", host["log_mark"])
-  else:  # a start from scratch redoes every logged step
-    set_aside_after(workdir / "logs", {})
-    if warm:
-      state, host = warm_start(config, config.init_from, state, layout)
-      task_sampler.load_state_dict(host["task_sampler"])
+    logged = host.get("log_mark")  # saved since 2026-12-03
+  elif warm:
+    state, host = warm_start(config, config.init_from, state, layout)
+    task_sampler.load_state_dict(host["task_sampler"])
+  if logged is not None and shd.is_primary():  # the one writer of logs
+    set_aside_after(workdir / "logs", logged)  # rows past it are redone
   host.pop("rl_teacher", None)  # e.g. left by a warm start's source
   if record:
     record_machine(host)
@@ -289,8 +291,12 @@ def setup(config, workdir: str, record: bool = True) -> Run:
   dynamic_sampling_config(config)  # a bad section fails before any work
   if t_info:
     host["rl_teacher"] = t_info
+  primary = shd.is_primary()  # the other processes log nothing
   writer = MetricWriter(
     str(workdir / "logs"),
+    tensorboard=primary,
+    jsonl=primary,
+    console=sys.stdout if primary else None,
     console_keys=CONSOLE_KEYS,
     console_every=config.log_every,
   )
@@ -818,11 +824,13 @@ def rl_temperature(rollout_config: RolloutConfig) -> float:
 
 
 def _pack(trajectories, config) -> TrajectoryBatch:
-  return packing.pack(
+  batch = packing.pack(
     trajectories,
     batch_size=len(trajectories),
     length_buckets=tuple(config.length_buckets),
   )
+  shd.check_same_across_processes(batch, "a packed training batch")
+  return batch
 
 
 def _save(run: Run) -> None:
@@ -922,10 +930,9 @@ def evaluate_by_task(run: Run) -> tuple[dict[str, float], dict[str, bool]]:
   evaluations and the scoring scripts keep to compare task by task)."""
   _sync_policy(run)
   trajectories, seconds = play(run.rollout, run.eval_tasks, greedy=True)
-  return (
-    eval_metrics(trajectories, run.rollout, seconds),
-    solved_by_task(trajectories, run.rollout),
-  )
+  solved = solved_by_task(trajectories, run.rollout)
+  shd.check_same_across_processes(sorted(solved.items()), "held-out verdicts")
+  return eval_metrics(trajectories, run.rollout, seconds), solved
 
 
 def _mean_metrics(history: list[dict[str, float]]) -> dict[str, float]:
@@ -1097,9 +1104,10 @@ def distill_data(run: Run, source: str):
       f"teacher {source!r} solved none of {len(tasks)} tasks in "
       f"{cfg['samples_per_task']} tries each: nothing to distill"
     )
-  out = run.workdir / "distill"
-  out.mkdir(exist_ok=True)
-  trajectory_io.write_jsonl(out / "kept.jsonl", kept)
+  if shd.is_primary():
+    out = run.workdir / "distill"
+    out.mkdir(exist_ok=True)
+    trajectory_io.write_jsonl(out / "kept.jsonl", kept)
   teacher_eval = evaluate_policy(player, run.eval_tasks, greedy=True)
   stats["teacher_eval_success_rate"] = teacher_eval["success_rate"]
   stats["teacher_params"] = float(count_params(teacher.model))
@@ -1310,7 +1318,10 @@ def rl_step(run: Run, reference) -> dict[str, float]:
     adv_BxT = run.estimate(batch)
     adv_BxL = turns_to_tokens(adv_BxT, batch.turn_id_BxL)
   else:
-    value_BxL = critic_lib.compute_values(run.critic.model, batch.tokens_BxL)
+    # On the host: the critic's rows may span several processes' devices.
+    value_BxL = shd.to_host(
+      critic_lib.compute_values(run.critic.model, batch.tokens_BxL)
+    )
     est = run.estimate(batch, value_BxL)
     adv_BxT, adv_BxL = est.adv_BxT, est.adv_BxL
   mask = np.asarray(batch.turn_mask_BxT) > 0
@@ -1509,7 +1520,8 @@ def train(config, workdir: str) -> dict[str, Any]:
     run.checkpointer.wait()
     run.writer.flush()
   summary = _summary(run)
-  (run.workdir / "summary.json").write_text(json.dumps(summary, indent=2))
+  if shd.is_primary():
+    (run.workdir / "summary.json").write_text(json.dumps(summary, indent=2))
   run.writer.close()
   run.checkpointer.close()
   return summary

@@ -645,7 +645,7 @@ def epochs_for_steps(steps: int, num_rows: int, minibatch_size: int) -> int:
 
 
 def _fetch_checked(metrics: Metrics) -> dict[str, float]:
-  host = {k: float(v) for k, v in jax.device_get(metrics).items()}
+  host = {k: float(v) for k, v in shd.to_host(metrics).items()}
   if not host.get("finite", 1.0) or not np.isfinite(host["loss"]):
     raise NonFiniteLossError(int(host["step"]), host)
   return host
