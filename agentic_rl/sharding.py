@@ -125,11 +125,13 @@ def check_same_across_processes(tree: Any, what: str) -> None:
   """Raises `ProcessDivergenceError` unless every process holds equal `tree`.
 
   A multi-process run repeats its host-side work (task draws, rollouts,
-  environments, rewards) in every process and feeds the results to the
-  device as if all processes agreed; each then contributes its own rows'
-  shards, so a process whose rollout went another way (a tool that timed
-  out on one host only, say) would silently mix two batches. This compares
-  a 16-byte digest of the leaves (their dtypes, shapes and bytes) across
+  environments, rewards) in every process and hands the results to arrays
+  that span all of them, which is right only if every process computed the
+  same (a tool that timed out on one host only would break that). JAX's
+  `device_put` asserts it for the values it places (a bare AssertionError
+  deep in the step); this check names what differed where the loop builds
+  it, and covers what never reaches a device (evaluation verdicts). It
+  compares a 16-byte digest of the leaves (dtypes, shapes, bytes) across
   processes: a collective, so every process must call it at the same point.
   A no-op in a single-process run.
   """
