@@ -29,7 +29,9 @@ def _free_port() -> int:
 
 
 def _env(devices: int, **extra: str) -> dict[str, str]:
-  env = dict(os.environ)
+  # The processes talk over 127.0.0.1 only; a proxy setting can hang gRPC's
+  # coordinator connection (JAX warns of it), so none is passed on.
+  env = {k: v for k, v in os.environ.items() if "_proxy" not in k.lower()}
   flags = re.sub(
     r"--xla_force_host_platform_device_count=\d+", "", env.get("XLA_FLAGS", "")
   )
