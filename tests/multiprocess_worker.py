@@ -2,10 +2,12 @@
 
 Started with AGENTIC_RL_NUM_PROCESSES / AGENTIC_RL_PROCESS_ID and
 JAX_COORDINATOR_ADDRESS, 4 simulated CPU devices each; prints one JSON line
-of what it saw.
+of what it saw. Given a workdir, it also sets up the smoke run there on a
+(2, 1, 4) mesh and logs one row.
 """
 
 import json
+import sys
 
 import numpy as np
 
@@ -46,4 +48,13 @@ try:
   out["divergence"] = None
 except shd.ProcessDivergenceError as e:
   out["divergence"] = str(e)
+if len(sys.argv) > 1:  # a run's setup in the workdir given: who writes what
+  from agentic_rl.train import loop  # noqa: E402
+
+  config = sweeps.load_config("configs/sokoban.py:gigpo,smoke")
+  config.mesh.shape = (2, 1, 4)
+  run = loop.setup(config, sys.argv[1], record=False)
+  run.writer.write_scalars(0, {"probe_row": float(me)})
+  run.writer.close()
+  run.checkpointer.close()
 print(json.dumps(out), flush=True)

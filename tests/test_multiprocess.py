@@ -74,10 +74,10 @@ def _launch(argv: list[str], n: int = 2, timeout: float = 600) -> list[str]:
   return outs
 
 
-def test_two_processes_gather_check_and_refuse_a_partial_mesh():
+def test_two_processes_gather_check_and_refuse_a_partial_mesh(tmp_path):
   seen = [
     json.loads(o.strip().splitlines()[-1])
-    for o in _launch([sys.executable, str(WORKER)])
+    for o in _launch([sys.executable, str(WORKER), str(tmp_path)])
   ]
   assert [s["process"] for s in seen] == [0, 1]
   assert [s["primary"] for s in seen] == [True, False]
@@ -92,6 +92,13 @@ def test_two_processes_gather_check_and_refuse_a_partial_mesh():
     # equal data passes; rows that differ by process are named
     assert "the test's rows differs between processes" in s["divergence"]
     assert "process(es) [1]" in s["divergence"]
+  # Both set the run up and logged a row; only process 0 wrote anything.
+  assert (tmp_path / "config.json").is_file()
+  logs = tmp_path / "logs"
+  assert len(list(logs.glob("*tfevents*"))) == 1
+  assert [r["probe_row"] for r in read_jsonl(str(logs / "metrics.jsonl"))] == [
+    0
+  ]
 
 
 @pytest.mark.parametrize(
