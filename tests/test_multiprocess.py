@@ -32,10 +32,9 @@ def _env(devices: int, **extra: str) -> dict[str, str]:
   # The processes talk over 127.0.0.1 only; a proxy setting can hang gRPC's
   # coordinator connection (JAX warns of it), so none is passed on.
   env = {k: v for k, v in os.environ.items() if "_proxy" not in k.lower()}
-  flags = re.sub(
-    r"--xla_force_host_platform_device_count=\d+", "", env.get("XLA_FLAGS", "")
-  )
-  env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices} {flags}"
+  count = sweeps.SIMULATED_DEVICES_FLAG
+  flags = re.sub(rf"{count}=\d+", "", env.get("XLA_FLAGS", ""))
+  env["XLA_FLAGS"] = f"{count}={devices} {flags}"
   env.update(extra)
   return env
 

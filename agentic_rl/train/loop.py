@@ -197,7 +197,8 @@ def setup(config, workdir: str, record: bool = True) -> Run:
   """
   workdir = pathlib.Path(workdir)
   workdir.mkdir(parents=True, exist_ok=True)
-  if shd.is_primary():  # one writer of the run's files (multi-process runs)
+  primary = shd.is_primary()  # the one writer of the run's files
+  if primary:
     (workdir / "config.json").write_text(config.to_json_best_effort(indent=2))
   tokenizer = build_env_tokenizer()
   model_config = _model_config(config, tokenizer)
@@ -280,7 +281,7 @@ def setup(config, workdir: str, record: bool = True) -> Run:
   elif warm:
     state, host = warm_start(config, config.init_from, state, layout)
     task_sampler.load_state_dict(host["task_sampler"])
-  if logged is not None and shd.is_primary():  # the one writer of logs
+  if logged is not None and primary:
     set_aside_after(workdir / "logs", logged)  # rows past it are redone
   host.pop("rl_teacher", None)  # e.g. left by a warm start's source
   if record:
@@ -291,8 +292,7 @@ def setup(config, workdir: str, record: bool = True) -> Run:
   dynamic_sampling_config(config)  # a bad section fails before any work
   if t_info:
     host["rl_teacher"] = t_info
-  primary = shd.is_primary()  # the other processes log nothing
-  writer = MetricWriter(
+  writer = MetricWriter(  # the other processes log nothing
     str(workdir / "logs"),
     tensorboard=primary,
     jsonl=primary,
