@@ -23,6 +23,7 @@ import contextlib
 import dataclasses
 import hashlib
 import math
+import pickle
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -124,10 +125,11 @@ def is_primary() -> bool:
 def check_same_across_processes(tree: Any, what: str) -> None:
   """Raises `ProcessDivergenceError` unless every process holds equal `tree`.
 
-  A multi-process run repeats its host-side work (task draws, rollouts,
-  environments, rewards) in every process and hands the results to arrays
-  that span all of them, which is right only if every process computed the
-  same (a tool that timed out on one host only would break that). JAX's
+  A multi-process run repeats host-side work in every process (task
+  draws, packing; with replicated rollouts also the episodes, environments
+  and rewards) and hands the results to arrays that span all of them,
+  which is right only if every process computed the same (a tool that
+  timed out on one host only would break that). JAX's
   `device_put` asserts it for the values it places (a bare AssertionError
   deep in the step); this check names what differed where the loop builds
   it, and covers what never reaches a device (evaluation verdicts). It
@@ -148,19 +150,38 @@ def check_same_across_processes(tree: Any, what: str) -> None:
   if differ:
     raise ProcessDivergenceError(
       f"{what} differs between processes: process(es) {differ} disagree with "
-      "process 0. A multi-process run repeats rollouts, environments and "
-      "rewards in every process and needs them deterministic given the "
-      "config and seed"
+      "process 0. A multi-process run repeats host-side work in every "
+      "process and needs it deterministic given the config and seed"
     )
+
+
+def _each_process_holds_whole(x: jax.Array) -> bool:
+  """Whether every process's own shards of `x` cover all of it (weights
+  replicated over a data axis that spans the processes). Decided from the
+  sharding alone, so all processes agree."""
+  held: dict[int, set] = {}
+  for device, index in x.sharding.devices_indices_map(x.shape).items():
+    block = tuple(s.indices(n) for s, n in zip(index, x.shape, strict=True))
+    held.setdefault(device.process_index, set()).add(block)
+  every = set().union(*held.values())  # the sharding's grid of blocks
+  return all(blocks == every for blocks in held.values())
+
+
+def _from_own_shards(x: jax.Array) -> np.ndarray:
+  out = np.empty(x.shape, x.dtype)
+  for shard in x.addressable_shards:
+    out[shard.index] = np.asarray(shard.data)
+  return out
 
 
 def to_host(tree: Any) -> Any:
   """`jax.device_get` that also works in a multi-process run.
 
   An array spread over several processes' devices is not readable from any
-  one of them; it is gathered (`process_allgather`, a collective: every
-  process must call this at the same point). Arrays this process holds
-  whole (single-process runs, replicated values) are read directly.
+  one of them: it is assembled from this process's shards when those cover
+  it (replicated across processes), else gathered (`process_allgather`, a
+  collective: every process must call this at the same point). Arrays this
+  process holds whole (single-process runs) are read directly.
   """
 
   def get(x):
@@ -168,9 +189,86 @@ def to_host(tree: Any) -> Any:
       return x
     if x.is_fully_addressable or x.is_fully_replicated:
       return np.asarray(x)
+    if _each_process_holds_whole(x):
+      return _from_own_shards(x)
     return np.asarray(multihost_utils.process_allgather(x, tiled=True))
 
   return jax.tree.map(get, tree)
+
+
+def local_mesh(mesh: Mesh) -> Mesh:
+  """This process's block of `mesh`: the same axes over its own devices.
+
+  In a (2, 1, 4) mesh whose data axis spans two processes of 4 devices,
+  each process's block is (1, 1, 4). Process-local work (per-process
+  rollouts, whose samplers run no collective) runs on it. A ValueError if
+  this process's devices do not form a block of the mesh.
+  """
+  devices = np.asarray(mesh.devices)
+  mine = np.vectorize(lambda d: d.process_index == jax.process_index())(devices)
+  if not mine.any():
+    raise ValueError(
+      f"mesh {dict(mesh.shape)} holds none of this process's devices"
+    )
+  keep = [
+    np.flatnonzero(mine.any(axis=tuple(j for j in range(mine.ndim) if j != i)))
+    for i in range(mine.ndim)
+  ]
+  block = devices[np.ix_(*keep)]
+  if not mine[np.ix_(*keep)].all() or block.size != mine.sum():
+    raise ValueError(
+      f"process {jax.process_index()}'s devices do not form a block of mesh "
+      f"{dict(mesh.shape)}; order the devices process by process"
+    )
+  return Mesh(block, mesh.axis_names, axis_types=mesh.axis_types)
+
+
+def is_process_local(mesh: Mesh | None) -> bool:
+  """Whether `mesh` holds only this process's devices (work on it needs no
+  other process) in a multi-process run."""
+  if mesh is None or jax.process_count() == 1:
+    return False
+  return all(d.process_index == jax.process_index() for d in mesh.devices.flat)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Unsent:
+  """What a process sends in place of an object it could not pickle."""
+
+  why: str
+
+
+def allgather_objects(obj: Any) -> list[Any]:
+  """Every process's `obj`, in process order (a collective: every process
+  must call this at the same point). Objects travel pickled, so they must be
+  picklable; they are meant for the processes of one run, not for
+  untrusted peers. An object that does not pickle is a TypeError in every
+  process (naming the process), not a hang. One process, one item: `[obj]`.
+  """
+  if jax.process_count() == 1:
+    return [obj]
+  try:
+    blob = pickle.dumps(obj)
+  except Exception as e:  # noqa: BLE001 - every process raises, below
+    blob = pickle.dumps(_Unsent(f"{type(e).__name__}: {e}"))
+  data = np.frombuffer(blob, np.uint8)
+  sizes = np.asarray(multihost_utils.process_allgather(np.int64(data.size)))
+  padded = np.zeros(int(sizes.max()), np.uint8)
+  padded[: data.size] = data
+  every = np.asarray(multihost_utils.process_allgather(padded))
+  objs = [
+    pickle.loads(row[: int(n)].tobytes())
+    for row, n in zip(every, sizes.reshape(-1), strict=True)
+  ]
+  unsent = [
+    f"{i}: {o.why}" for i, o in enumerate(objs) if isinstance(o, _Unsent)
+  ]
+  if unsent:
+    raise TypeError(
+      "allgather_objects: process(es) could not pickle their object: "
+      + "; ".join(unsent)
+    )
+  return objs
 
 
 def _rules_dict(rules: Rules) -> dict[str, tuple[str, ...]]:

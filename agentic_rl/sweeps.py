@@ -60,8 +60,10 @@ import importlib.util
 import json
 import os
 import pathlib
+import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -544,6 +546,68 @@ def initialize_distributed(environ: dict[str, str] | None = None) -> None:
 
   jax.config.update("jax_cpu_collectives_implementation", "gloo")
   jax.distributed.initialize(**counts)
+
+
+def simulated_devices_env(
+  devices: int, base: Mapping[str, str] | None = None
+) -> dict[str, str]:
+  """`base` (default: this process's environment) with `XLA_FLAGS` asking
+  for `devices` simulated CPU devices, its other flags kept."""
+  env = dict(os.environ if base is None else base)
+  flags = re.sub(rf"{SIMULATED_DEVICES_FLAG}=\d+", "", env.get("XLA_FLAGS", ""))
+  env["XLA_FLAGS"] = " ".join(
+    [f"{SIMULATED_DEVICES_FLAG}={devices}", *flags.split()]
+  )
+  return env
+
+
+def launch_local_processes(
+  argv: Sequence[str],
+  num_processes: int,
+  *,
+  devices_each: int,
+  cwd: str | os.PathLike | None = None,
+  timeout: float = 600,
+) -> list[tuple[int, str, str]]:
+  """Runs `argv` as processes 0..n-1 of one multi-process job on this
+  machine (`initialize_distributed`'s local launch, `devices_each`
+  simulated CPU devices a process) and waits for them: (return code,
+  stdout, stderr) of each. All are killed after `timeout` seconds (then a
+  `subprocess.TimeoutExpired`) or when this call fails.
+  """
+  with socket.socket() as s:  # a free port for the coordinator
+    s.bind(("127.0.0.1", 0))
+    address = f"127.0.0.1:{s.getsockname()[1]}"
+  # They talk over 127.0.0.1 only; a proxy setting can hang gRPC's
+  # coordinator connection (JAX warns of it), so none is passed on.
+  base = {k: v for k, v in os.environ.items() if "_proxy" not in k.lower()}
+  procs = [
+    subprocess.Popen(
+      list(argv),
+      cwd=cwd,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      text=True,
+      env={
+        **simulated_devices_env(devices_each, base),
+        DISTRIBUTED_ENV: "1",
+        "JAX_COORDINATOR_ADDRESS": address,
+        NUM_PROCESSES_ENV: str(num_processes),
+        PROCESS_ID_ENV: str(i),
+      },
+    )
+    for i in range(num_processes)
+  ]
+  deadline = time.monotonic() + timeout
+  outs = []
+  try:
+    for p in procs:
+      out, err = p.communicate(timeout=max(deadline - time.monotonic(), 1))
+      outs.append((p.returncode, out, err))
+  finally:
+    for p in procs:
+      p.kill()
+  return outs
 
 
 def environ(run: RunSpec, distributed: bool = False) -> dict[str, str]:

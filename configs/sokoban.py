@@ -103,7 +103,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     "logits_chunk": 0,
     **{name: 0 for name in SHAPE_FIELDS},
   }
-  c.mesh = {"shape": (1, 1, 1)}
+  # mesh.rollouts: in a multi-process run, "per_process" (each process
+  # plays its part of the tasks on its own devices) or "replicated" (every
+  # process plays every task on the whole mesh); `loop.sampler_placement`.
+  c.mesh = {"shape": (1, 1, 1), "rollouts": "per_process"}
   c.env = {
     "name": "sokoban",
     "options": {"instructions": False, "max_steps": 10},

@@ -42,6 +42,36 @@ out["fully_addressable"] = x_N.is_fully_addressable
 out["gathered"] = shd.to_host(x_N).tolist()
 total = jax.jit(jnp.sum, out_shardings=NamedSharding(mesh, P()))(x_N)
 out["replicated_sum"] = float(shd.to_host(total))
+# Weights replicated over the processes' data axis are read from this
+# process's own shards; split ones are gathered: both give the whole array.
+w = jax.device_put(
+  np.arange(32.0).reshape(4, 8), NamedSharding(mesh, P(None, "tensor"))
+)
+v = jax.device_put(np.arange(16.0), NamedSharding(mesh, P(("data", "tensor"))))
+out["own_shards"] = shd._each_process_holds_whole(w)
+out["split"] = shd._each_process_holds_whole(v)
+out["read_whole"] = bool(
+  np.array_equal(shd.to_host(w), np.arange(32.0).reshape(4, 8))
+  and np.array_equal(shd.to_host(v), np.arange(16.0))
+)
+out["block"] = list(shd.local_mesh(mesh).devices.shape)
+out["block_mine"] = all(
+  d.process_index == me for d in shd.local_mesh(mesh).devices.flat
+)
+d = jax.devices()  # a (2, 1, 4) mesh: rows [p0 p0 p1 p1] and [p1 p1 p0 p0]
+try:
+  shd.local_mesh(
+    shd.make_mesh((2, 1, 4), [d[i] for i in (0, 1, 4, 5, 6, 7, 2, 3)])
+  )
+  out["interleaved"] = "built"
+except ValueError as e:
+  out["interleaved"] = str(e)
+out["objects"] = shd.allgather_objects({"me": me, "rows": list(range(me + 1))})
+try:  # process 1's object does not pickle: both raise, neither waits
+  shd.allgather_objects((lambda: me) if me == 1 else me)
+  out["unpicklable"] = None
+except TypeError as e:
+  out["unpicklable"] = str(e)
 shd.check_same_across_processes({"a": np.arange(4), "b": "text"}, "equal data")
 try:
   shd.check_same_across_processes({"a": np.arange(4) + me}, "the test's rows")
@@ -57,4 +87,64 @@ if len(sys.argv) > 1:  # a run's setup in the workdir given: who writes what
   run.writer.write_scalars(0, {"probe_row": float(me)})
   run.writer.close()
   run.checkpointer.close()
+
+  # Per-process rollouts (the default placement): each process plays its
+  # part of the tasks on its own block of the mesh, and all get the whole.
+  from agentic_rl.rollout import Rollout  # noqa: E402
+  from agentic_rl.rollout.driver import RolloutProcessError  # noqa: E402
+
+  samplers = run.rollout.samplers
+  out["sampler_mesh"] = list(samplers[0].mesh.devices.shape)
+  out["sampler_devices_mine"] = all(
+    d.process_index == me for s in samplers for d in s.mesh.devices.flat
+  )
+  made = []
+
+  def counting(task, factory=run.rollout.env_factory):
+    made.append(task.id)
+    return factory(task)
+
+  def player(cls=Rollout, factory=counting):
+    r = run.rollout
+    config = r.config.replace(max_turns=2)  # fewer programs to compile
+    return cls(r.samplers, r.tokenizer, factory, r.reward_stack, config)
+
+  tasks = run.eval_tasks[:3]  # parts of 2 and 1 tasks
+  key = jax.random.fold_in(run.state.rng, 7)  # on every process's devices
+  loop._sync_policy(run)  # the training weights, read into local samplers
+  played = player().run(tasks, key)
+  out["envs_made"] = sorted(made)  # before the runs below make more
+  out["task_ids"] = [t.id for t in tasks]
+  out["played"] = [
+    [t.task.id, t.group_id, sum(len(u.action_tokens) for u in t.turns)]
+    for t in played
+  ]
+  streams = [[x for u in t.turns for x in u.action_tokens] for t in played]
+  # The same parts played one after the other in this process alone.
+  local_key = jax.random.wrap_key_data(
+    shd.to_host(jax.random.key_data(key)), impl=jax.random.key_impl(key)
+  )
+  alone = [
+    t
+    for p in range(2)
+    for t in player()._play(tasks, jax.random.fold_in(local_key, p), 0, (p, 2))
+  ]
+  out["same_as_alone"] = streams == [
+    [x for u in t.turns for x in u.action_tokens] for t in alone
+  ]
+  try:
+    player().run(tasks[: 2 + me], key)
+    out["tasks_differ"] = None
+  except shd.ProcessDivergenceError as e:
+    out["tasks_differ"] = str(e)
+
+  class Failing(Rollout):
+    def _finish(self, ep, policy_version):
+      raise RuntimeError(f"scoring broke in process {me}")
+
+  try:
+    player(Failing if me == 1 else Rollout).run(tasks, key)
+    out["failure"] = None
+  except RolloutProcessError as e:
+    out["failure"] = str(e)
 print(json.dumps(out), flush=True)

@@ -5,10 +5,8 @@ Each process gets 4 simulated CPU devices and joins the other through
 """
 
 import json
-import os
 import pathlib
 import re
-import socket
 import subprocess
 import sys
 
@@ -22,55 +20,14 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 WORKER = pathlib.Path(__file__).with_name("multiprocess_worker.py")
 
 
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
-def _env(devices: int, **extra: str) -> dict[str, str]:
-  # The processes talk over 127.0.0.1 only; a proxy setting can hang gRPC's
-  # coordinator connection (JAX warns of it), so none is passed on.
-  env = {k: v for k, v in os.environ.items() if "_proxy" not in k.lower()}
-  count = sweeps.SIMULATED_DEVICES_FLAG
-  flags = re.sub(rf"{count}=\d+", "", env.get("XLA_FLAGS", ""))
-  env["XLA_FLAGS"] = f"{count}={devices} {flags}"
-  env.update(extra)
-  return env
-
-
 def _launch(argv: list[str], n: int = 2, timeout: float = 600) -> list[str]:
   """Runs `argv` as processes 0..n-1 of one job; their stdouts."""
-  address = f"127.0.0.1:{_free_port()}"
-  procs = [
-    subprocess.Popen(
-      argv,
-      cwd=REPO,
-      stdout=subprocess.PIPE,
-      stderr=subprocess.PIPE,
-      text=True,
-      env=_env(
-        8 // n,
-        **{
-          sweeps.DISTRIBUTED_ENV: "1",
-          "JAX_COORDINATOR_ADDRESS": address,
-          sweeps.NUM_PROCESSES_ENV: str(n),
-          sweeps.PROCESS_ID_ENV: str(i),
-        },
-      ),
-    )
-    for i in range(n)
-  ]
-  outs = []
-  try:
-    for p in procs:
-      out, err = p.communicate(timeout=timeout)
-      assert p.returncode == 0, err[-3000:]
-      outs.append(out)
-  finally:
-    for p in procs:
-      p.kill()
-  return outs
+  outs = sweeps.launch_local_processes(
+    argv, n, devices_each=8 // n, cwd=REPO, timeout=timeout
+  )
+  for code, _, err in outs:
+    assert code == 0, err[-3000:]
+  return [out for _, out, _ in outs]
 
 
 def test_two_processes_gather_check_and_refuse_a_partial_mesh(tmp_path):
@@ -91,6 +48,12 @@ def test_two_processes_gather_check_and_refuse_a_partial_mesh(tmp_path):
     # equal data passes; rows that differ by process are named
     assert "the test's rows differs between processes" in s["divergence"]
     assert "process(es) [1]" in s["divergence"]
+    # replicated weights read from own shards, split ones gathered
+    assert s["own_shards"] and not s["split"] and s["read_whole"]
+    assert s["block"] == [1, 1, 4] and s["block_mine"]
+    assert "do not form a block" in s["interleaved"]
+    assert s["objects"] == [{"me": 0, "rows": [0]}, {"me": 1, "rows": [0, 1]}]
+    assert "process(es) could not pickle their object: 1: " in s["unpicklable"]
   # Both set the run up and logged a row; only process 0 wrote anything.
   assert (tmp_path / "config.json").is_file()
   logs = tmp_path / "logs"
@@ -98,6 +61,29 @@ def test_two_processes_gather_check_and_refuse_a_partial_mesh(tmp_path):
   assert [r["probe_row"] for r in read_jsonl(str(logs / "metrics.jsonl"))] == [
     0
   ]
+  # Per-process rollouts: 3 tasks x 2 episodes, parts of 2 tasks and 1.
+  ids = seen[0]["task_ids"]
+  assert seen[0]["envs_made"] == sorted([ids[0]] * 2 + [ids[1]] * 2)
+  assert seen[1]["envs_made"] == [ids[2]] * 2
+  for s in seen:
+    assert s["sampler_mesh"] == [1, 1, 4] and s["sampler_devices_mine"]
+    assert [p[:2] for p in s["played"]] == [
+      [ids[i], i] for i in range(3) for _ in range(2)
+    ]
+    assert s["played"] == seen[0]["played"]
+    assert s["same_as_alone"]
+    differ = "rollout's tasks differs between processes: process(es) [1]"
+    assert differ in s["tasks_differ"]
+    broke = "process(es) 1: RuntimeError: scoring broke in process 1"
+    assert broke in s["failure"]
+
+
+def test_simulated_devices_env_sets_only_the_device_count():
+  flag = sweeps.SIMULATED_DEVICES_FLAG
+  base = {"XLA_FLAGS": f"--xla_cpu_a=1 {flag}=8 --xla_cpu_b=2", "X": "y"}
+  env = sweeps.simulated_devices_env(4, base)
+  assert env == {"XLA_FLAGS": f"{flag}=4 --xla_cpu_a=1 --xla_cpu_b=2", "X": "y"}
+  assert sweeps.simulated_devices_env(2, {})["XLA_FLAGS"] == f"{flag}=2"
 
 
 @pytest.mark.parametrize(
@@ -129,8 +115,11 @@ def _rows(path: pathlib.Path) -> dict[tuple[int, str], float]:
 @pytest.mark.slow
 def test_two_process_run_matches_one_process_on_the_same_mesh(tmp_path):
   """The smoke run (SFT, 2 GiGPO steps, evaluations) on a (2, 1, 4) mesh:
-  as two processes of 4 devices it logs once and matches one process of 8
-  devices (same programs; the cross-process reductions may round apart)."""
+  as two processes of 4 devices with replicated rollouts it logs once and
+  matches one process of 8 devices (same programs; the cross-process
+  reductions may round apart). With per-process rollouts (the default) it
+  plays other episodes (each process its own part, its own key) and logs
+  the same metrics, each once."""
   argv = [
     sys.executable,
     "-m",
@@ -138,11 +127,19 @@ def test_two_process_run_matches_one_process_on_the_same_mesh(tmp_path):
     "--config=configs/sokoban.py:gigpo,smoke",
     "--config.mesh.shape=(2,1,4)",
   ]
-  _launch([*argv, f"--workdir={tmp_path / 'two'}"], timeout=1200)
+  _launch(
+    [
+      *argv,
+      "--config.mesh.rollouts=replicated",
+      f"--workdir={tmp_path / 'two'}",
+    ],
+    timeout=1200,
+  )
+  _launch([*argv, f"--workdir={tmp_path / 'parts'}"], timeout=1200)
   one = subprocess.run(
     [*argv, f"--workdir={tmp_path / 'one'}"],
     cwd=REPO,
-    env=_env(8),
+    env=sweeps.simulated_devices_env(8),
     capture_output=True,
     text=True,
     timeout=1200,
@@ -171,3 +168,15 @@ def test_two_process_run_matches_one_process_on_the_same_mesh(tmp_path):
   assert [e["success_rate"] for e in summaries[0]["evals"]] == [
     e["success_rate"] for e in summaries[1]["evals"]
   ]
+  logs = tmp_path / "parts" / "logs"
+  assert len(list(logs.glob("*tfevents*"))) == 1
+  parts_rows = _rows(logs / "metrics.jsonl")
+  seen = re.compile(r"^trace/failure/")  # only the failure codes that occurred
+  assert {k for k in parts_rows if not seen.match(k[1])} == {
+    k for k in one_rows if not seen.match(k[1])
+  }
+  episodes = [k for k in one_rows if k[1] in ("episodes", "eval/episodes")]
+  assert len(episodes) == 5  # 2 RL steps, 3 evaluations: both parts' all
+  assert all(parts_rows[k] == one_rows[k] for k in episodes)
+  # other episodes, so another update: the RL metrics move apart
+  assert any(parts_rows[k] != one_rows[k] for k in compared)

@@ -43,6 +43,14 @@ def test_make_mesh_axes_and_errors():
     shd.make_mesh((8, 1))
 
 
+def test_single_process_mesh_is_its_own_block():
+  mesh = shd.make_mesh((2, 1, 4))
+  assert shd.local_mesh(mesh).devices.tolist() == mesh.devices.tolist()
+  # one process: nothing to split, so no rollout is per-process
+  assert not shd.is_process_local(mesh)
+  assert shd.allgather_objects({"a": [1, 2]}) == [{"a": [1, 2]}]
+
+
 def test_logical_to_spec_rules():
   mesh = shd.make_mesh((2, 2, 2))
   rules = shd.DEFAULT_TRAIN_RULES

@@ -13,6 +13,7 @@ from agentic_rl.rollout.driver import (
   OVERFLOW_OBSERVATION,
   OVERFLOW_PROMPT,
   Rollout,
+  RolloutProcessError,
   env_factory_from_options,
   make_samplers,
 )
@@ -38,6 +39,7 @@ __all__ = [
   "OVERFLOW_PROMPT",
   "Rollout",
   "RolloutConfig",
+  "RolloutProcessError",
   "env_factory_from_options",
   "eval_metrics",
   "evaluate",

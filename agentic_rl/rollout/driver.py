@@ -39,6 +39,7 @@ import jax
 import numpy as np
 
 from agentic_rl import envs
+from agentic_rl import sharding as shd
 from agentic_rl.envs.base import Environment, StepResult
 from agentic_rl.envs.parsing import PROTOCOLS, format_observation, parse_action
 from agentic_rl.models.tokenizer import EnvTokenizer
@@ -88,6 +89,10 @@ def make_samplers(
     Sampler(model, num_slots=per, max_len=max_len, **kw)
     for _ in range(num_samplers)
   ]
+
+
+class RolloutProcessError(RuntimeError):
+  """A per-process rollout failed in some process of a multi-process run."""
 
 
 @dataclasses.dataclass
@@ -194,15 +199,71 @@ class Rollout:
 
   # -- public --------------------------------------------------------------
 
+  @property
+  def per_process(self) -> bool:
+    """Whether each process of a multi-process run plays only its part of
+    the tasks: its samplers sit on its own devices
+    (`sharding.is_process_local`). Samplers on a mesh that spans the
+    processes decode in lockstep, so every process plays every task."""
+    local = [shd.is_process_local(s.mesh) for s in self.samplers]
+    if any(local) and not all(local):
+      raise ValueError(
+        "a Rollout's samplers must all sit on this process's devices or "
+        "none of them"
+      )
+    return all(local)
+
   def run(
     self, tasks: Sequence[Task], key: jax.Array, policy_version: int = 0
   ) -> list[Trajectory]:
     """G scored trajectories per task, in task order then group member.
 
     `self.last_metrics` holds this batch's `rollout_metrics` afterwards.
+
+    With `per_process`, process p of P plays the p-th of P contiguous parts
+    of `tasks` (`np.array_split`; its sampling key folded with p), so its
+    environments, tools and rewards run for its part only; the parts are
+    gathered, and every process returns the whole list with the group ids
+    and order one process would give. Every process must pass the same
+    `tasks` (else `ProcessDivergenceError`, before any is played); an error
+    in one process's part is raised in all of them as `RolloutProcessError`
+    naming the process, rather than leave the others waiting.
     """
+    if not self.per_process:
+      return self._play(tasks, key, policy_version, part=(0, 1))
     start = time.perf_counter()
-    episodes = self._episodes(tasks)
+    me, count = jax.process_index(), jax.process_count()
+    shd.check_same_across_processes(
+      [(t.id, t.family, t.seed) for t in tasks], "a per-process rollout's tasks"
+    )
+    my_key = jax.random.fold_in(_on_this_process(key), me)
+    try:
+      sent = (self._play(tasks, my_key, policy_version, (me, count)), None)
+    except Exception as e:  # noqa: BLE001 - shipped to every process below
+      sent = (None, f"{type(e).__name__}: {e}")
+    parts = shd.allgather_objects(sent)
+    failed = [(i, why) for i, (_, why) in enumerate(parts) if why is not None]
+    if failed:
+      raise RolloutProcessError(
+        "the rollout failed in process(es) "
+        + "; ".join(f"{i}: {why}" for i, why in failed)
+      )
+    trajectories = [t for played, _ in parts for t in played]
+    self.last_metrics = rollout_metrics(
+      trajectories, time.perf_counter() - start
+    )
+    return trajectories
+
+  def _play(
+    self,
+    tasks: Sequence[Task],
+    key: jax.Array,
+    policy_version: int,
+    part: tuple[int, int],
+  ) -> list[Trajectory]:
+    """Plays part `part[0]` of `part[1]` contiguous parts of `tasks`."""
+    start = time.perf_counter()
+    episodes = self._episodes(tasks, *part)
     results: list[Trajectory | None] = [None] * len(episodes)
     mbs = self._micro_batches(episodes)
     pipelined = self.config.pipeline and len(mbs) > 1
@@ -239,13 +300,20 @@ class Rollout:
 
   # -- schedule ------------------------------------------------------------
 
-  def _episodes(self, tasks: Sequence[Task]) -> list[_Episode]:
+  def _episodes(
+    self, tasks: Sequence[Task], index: int, count: int
+  ) -> list[_Episode]:
+    """The episodes of part `index` of `count`; group ids count every task
+    of every part."""
     g = self.config.group_size
     first = self._groups_issued
     self._groups_issued += len(tasks)
+    sizes = [len(p) for p in np.array_split(np.arange(len(tasks)), count)]
+    bounds = np.cumsum([0, *sizes])
+    lo, hi = int(bounds[index]), int(bounds[index + 1])
     return [
-      _Episode(index=i * g + j, task=task, group_id=first + i)
-      for i, task in enumerate(tasks)
+      _Episode(index=(i - lo) * g + j, task=tasks[i], group_id=first + i)
+      for i in range(lo, hi)
       for j in range(g)
     ]
 
@@ -499,6 +567,15 @@ class Rollout:
     trajectory.info["error"] = error
     without_judge = dataclasses.replace(self.reward_stack, judge=None)
     return without_judge.score_trajectory(trajectory)
+
+
+def _on_this_process(key: jax.Array) -> jax.Array:
+  """`key` as an array of this process alone (a run's keys derive from its
+  state's key, which spans every process's devices)."""
+  if not jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+    return jax.numpy.asarray(shd.to_host(key))
+  data = shd.to_host(jax.random.key_data(key))
+  return jax.random.wrap_key_data(data, impl=jax.random.key_impl(key))
 
 
 def _finite(value: Any) -> bool:

@@ -62,6 +62,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+from flax import nnx
 
 from agentic_rl import estimators, losses, machine, report, rewards
 from agentic_rl import sharding as shd
@@ -244,7 +245,11 @@ def setup(config, workdir: str, record: bool = True) -> Run:
     sft_demo_tasks(train_pool, config.sft)
   task_sampler = train_pool.sampler(config.seed)
   stack = rewards.from_config(config.rewards)
-  samplers = make_samplers(state.model.merge(), **config.sampler.to_dict())
+  samplers = make_samplers(
+    state.model.merge(),
+    **config.sampler.to_dict(),
+    **sampler_placement(config, mesh),
+  )
   rollout = Rollout(
     samplers,
     tokenizer,
@@ -369,6 +374,31 @@ REPLAY_DEFAULTS = {
   "mode": "prioritized", "alpha": 1.0, "half_life": None, "fraction": 0.25,
   "min_size": 1,
 }  # fmt: skip
+
+
+ROLLOUT_PLACEMENTS = ("per_process", "replicated")
+
+
+def sampler_placement(config, mesh) -> dict[str, Any]:
+  """Where the run's samplers live (`config.mesh.rollouts`).
+
+  "per_process" (the default): in a multi-process run each process's
+  samplers sit on its own block of the mesh (`sharding.local_mesh`) and it
+  plays only its part of every rollout's tasks, its environments and tools
+  included (`Rollout.per_process`); the trajectories are gathered before
+  the update. "replicated": the samplers use the training mesh and every
+  process plays every task in lockstep: the trajectories of a
+  single-process run on the same mesh, at the cost of repeating all host
+  work in every process. The same thing in a single-process run.
+  """
+  how = config.mesh.get("rollouts", "per_process")
+  if how not in ROLLOUT_PLACEMENTS:
+    raise ValueError(
+      f"config.mesh.rollouts={how!r}: expected one of {ROLLOUT_PLACEMENTS}"
+    )
+  if how == "replicated" or jax.process_count() == 1:
+    return {}
+  return {"mesh": shd.local_mesh(mesh), "rules": shd.DEFAULT_SAMPLE_RULES}
 
 
 def _replay_config(config) -> dict[str, Any]:
@@ -915,6 +945,9 @@ def restore_step(run: Run, checkpoints: str | pathlib.Path, step: int) -> None:
 def _sync_policy(run: Run) -> None:
   """Points every sampler at the current weights (after each update)."""
   model = run.state.model.merge()
+  if run.rollout.per_process:  # read once here, not once per sampler
+    graphdef, params = nnx.split(model)
+    model = nnx.merge(graphdef, shd.to_host(params))
   for sampler in run.rollout.samplers:
     sampler.update_params(model)
 

@@ -346,6 +346,37 @@ def test_reprefill_gives_the_same_stream(model, tokenizer):
       np.testing.assert_allclose(x.action_logp, y.action_logp, atol=1e-4)
 
 
+def test_parts_of_a_rollout_keep_group_ids_and_order(model, tokenizer):
+  """What each process of a per-process rollout plays (`Rollout._play`'s
+  part p of P): contiguous tasks, the whole run's group ids, a part with
+  no task plays nothing; one part of one is `run` itself."""
+  tasks = echo_tasks(3)
+  key = jax.random.PRNGKey(5)
+  whole = make_rollout(model, tokenizer, echo_factory()).run(tasks, key)
+  assert not make_rollout(model, tokenizer, echo_factory()).per_process
+  one = make_rollout(model, tokenizer, echo_factory())._play(
+    tasks, key, 0, (0, 1)
+  )
+  assert [stream(t) for t in one] == [stream(t) for t in whole]
+  for count, sizes in ((2, [2, 1]), (4, [1, 1, 1, 0])):
+    played = [
+      make_rollout(model, tokenizer, echo_factory())._play(
+        tasks, key, 0, (p, count)
+      )
+      for p in range(count)
+    ]
+    assert [len(part) for part in played] == [2 * n for n in sizes]
+    flat = [t for part in played for t in part]
+    assert [(t.task.id, t.group_id) for t in flat] == [
+      (t.task.id, t.group_id) for t in whole
+    ]
+  # group ids go on counting every task of every part
+  rollout = make_rollout(model, tokenizer, echo_factory())
+  rollout._play(tasks, key, 0, (1, 2))
+  later = rollout._play(tasks, key, 0, (0, 2))
+  assert [t.group_id for t in later] == [3, 3, 4, 4]
+
+
 def test_evaluate_reports_the_reward_stacks_verdict(model, tokenizer):
   rollout = make_rollout(model, tokenizer, echo_factory(episode_len=2))
   tasks = echo_tasks(4)

@@ -909,6 +909,18 @@ def test_dynamic_sampling_config_errors(section, match):
     loop.dynamic_sampling_config(config)
 
 
+def test_rollout_placement_is_checked():
+  config = sokoban.get_config("gigpo,smoke")
+  mesh = shd.make_mesh((2, 1, 4))
+  # one process: the samplers stay as they were, whichever placement
+  assert loop.sampler_placement(config, mesh) == {}
+  config.mesh.rollouts = "replicated"
+  assert loop.sampler_placement(config, mesh) == {}
+  config.mesh.rollouts = "per_host"
+  with pytest.raises(ValueError, match="expected one of"):
+    loop.sampler_placement(config, mesh)
+
+
 def test_dynamic_sampling_config_refuses_a_critic():
   config = sokoban.get_config("ppo,smoke,dynamic")
   with pytest.raises(ValueError, match="'gae' takes its baseline from a"):
