@@ -15,6 +15,7 @@ import pytest
 
 from agentic_rl import sweeps
 from agentic_rl.train.logging import read_jsonl
+from tests.sampling import bench_scripts
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 WORKER = pathlib.Path(__file__).with_name("multiprocess_worker.py")
@@ -84,6 +85,33 @@ def test_simulated_devices_env_sets_only_the_device_count():
   env = sweeps.simulated_devices_env(4, base)
   assert env == {"XLA_FLAGS": f"{flag}=4 --xla_cpu_a=1 --xla_cpu_b=2", "X": "y"}
   assert sweeps.simulated_devices_env(2, {})["XLA_FLAGS"] == f"{flag}=2"
+
+
+def test_bench_multiprocess_summarizes_a_runs_rows():
+  bench = bench_scripts.load("multiprocess")
+  rows = [
+    {"step": 0, "time": 110.0, "eval/seconds": 9.0},
+    {"step": 1, "time": 140.0, "episodes": 32, "seconds": 8.0,
+     "train_seconds": 20.0, "success_rate": 0.0},
+    {"step": 2, "time": 150.0, "episodes": 32, "seconds": 3.0,
+     "train_seconds": 6.0, "success_rate": 0.25},
+    {"step": 3, "time": 162.0, "episodes": 32, "seconds": 5.0,
+     "train_seconds": 5.0, "success_rate": 0.5, "eval/seconds": 2.0},
+  ]  # fmt: skip
+  got = bench.summarize(rows, launched=100.0, ended=170.0)
+  assert got == {
+    "rl_steps": 3,
+    "episodes_per_step": 32,
+    "first_rollout_s": 8.0,
+    "first_train_s": 20.0,
+    "rollout_s": 4.0,  # median of steps 2-3: step 1 compiles
+    "train_s": 5.5,
+    "first_eval_s": 9.0,
+    "before_first_row_s": 10.0,
+    "after_last_row_s": 8.0,
+    "between_steps_s": [10.0, 12.0],
+    "success_rate": [0.0, 0.25, 0.5],
+  }
 
 
 @pytest.mark.parametrize(

@@ -24,6 +24,7 @@ experiments/benchmarks/multiprocess.json).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import pathlib
 import statistics
@@ -61,7 +62,7 @@ def run_arm(args, arm: str, workdir: pathlib.Path) -> dict:
   ]
   if arm == "replicated":
     argv.append("--config.mesh.rollouts=replicated")
-  start = time.perf_counter()
+  start, launched = time.perf_counter(), time.time()
   if arm == "one":
     outs = [
       _run_one(argv, sweeps.simulated_devices_env(args.devices), args.timeout)
@@ -74,7 +75,7 @@ def run_arm(args, arm: str, workdir: pathlib.Path) -> dict:
       cwd=ROOT,
       timeout=args.timeout,
     )
-  wall = time.perf_counter() - start
+  wall, ended = time.perf_counter() - start, time.time()
   failed = [(i, err) for i, (code, _, err) in enumerate(outs) if code != 0]
   if failed:
     return {
@@ -82,13 +83,19 @@ def run_arm(args, arm: str, workdir: pathlib.Path) -> dict:
       "error": f"process {failed[0][0]}: {failed[0][1][-2000:]}",
     }
   rows = read_jsonl(str(workdir / "logs" / "metrics.jsonl"))
+  processes = 1 if arm == "one" else args.processes
+  return {"arm": arm, "processes": processes, "wall_s": wall} | summarize(
+    rows, launched, ended
+  )
+
+
+def summarize(rows: list[dict], launched: float, ended: float) -> dict:
+  """A run's timings from its metrics.jsonl rows (`time` stamps between
+  `launched` and `ended`)."""
   steps = [r for r in rows if "episodes" in r and "train_seconds" in r]
   later = steps[1:] or steps
   evals = [r["eval/seconds"] for r in rows if "eval/seconds" in r]
   return {
-    "arm": arm,
-    "processes": 1 if arm == "one" else args.processes,
-    "wall_s": wall,
     "rl_steps": len(steps),
     "episodes_per_step": steps[-1]["episodes"],
     "first_rollout_s": steps[0]["seconds"],
@@ -96,6 +103,13 @@ def run_arm(args, arm: str, workdir: pathlib.Path) -> dict:
     "rollout_s": statistics.median(r["seconds"] for r in later),
     "train_s": statistics.median(r["train_seconds"] for r in later),
     "first_eval_s": evals[0] if evals else None,
+    # launch to the first logged row (start-up, the numerics probe, the
+    # first evaluation), and the last row to the end (the summary)
+    "before_first_row_s": rows[0]["time"] - launched,
+    "after_last_row_s": ended - rows[-1]["time"],
+    "between_steps_s": [
+      b["time"] - a["time"] for a, b in itertools.pairwise(steps)
+    ],
     "success_rate": [r["success_rate"] for r in steps],
   }
 
@@ -139,6 +153,9 @@ def main(argv: list[str]) -> None:
   )
   parser.add_argument("--arms", default=",".join(ARMS))
   parser.add_argument("--timeout", type=float, default=1800.0)
+  parser.add_argument(
+    "--keep", default="", help="write the runs here instead of a temp dir"
+  )
   parser.add_argument("--out", default=str(DEFAULT_OUT))
   args = parser.parse_args(argv)
   args.override = list(args.override or WIDER)
@@ -153,7 +170,7 @@ def main(argv: list[str]) -> None:
   rows = []
   with tempfile.TemporaryDirectory(prefix="bench_multiprocess_") as tmp:
     for arm in arms:
-      rows.append(run_arm(args, arm, pathlib.Path(tmp) / arm))
+      rows.append(run_arm(args, arm, pathlib.Path(args.keep or tmp) / arm))
       print_table(rows[-1:])
   print()
   print_table(rows)
