@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 
 from agentic_rl import sweeps
+from agentic_rl.data import trajectory_io
+from agentic_rl.train import loop
 from agentic_rl.train.logging import read_jsonl
 from tests.sampling import bench_scripts
 
@@ -147,7 +149,8 @@ def test_two_process_run_matches_one_process_on_the_same_mesh(tmp_path):
   matches one process of 8 devices (same programs; the cross-process
   reductions may round apart). With per-process rollouts (the default) it
   plays other episodes (each process its own part, its own key) and logs
-  the same metrics, each once."""
+  the same metrics, each once; then it teaches a student as two processes
+  (the teacher's samples split the same way)."""
   argv = [
     sys.executable,
     "-m",
@@ -208,3 +211,32 @@ def test_two_process_run_matches_one_process_on_the_same_mesh(tmp_path):
   assert all(parts_rows[k] == one_rows[k] for k in episodes)
   # other episodes, so another update: the RL metrics move apart
   assert any(parts_rows[k] != one_rows[k] for k in compared)
+
+  # That run teaches a smaller student, its samplers split the same way.
+  _launch(
+    [
+      sys.executable,
+      "-m",
+      "agentic_rl.main",
+      "--config=configs/distill.py:token,smoke",
+      "--config.mesh.shape=(2,1,4)",
+      f"--config.distill.teacher={tmp_path / 'parts'}",
+      f"--workdir={tmp_path / 'student'}",
+    ],
+    timeout=1200,
+  )
+  student = json.loads((tmp_path / "student" / "summary.json").read_text())
+  taught = student["distill"]
+  # The teacher's greedy play repeats its own last evaluation.
+  teacher = json.loads((tmp_path / "parts" / "summary.json").read_text())
+  final = teacher["evals"][-1]["success_rate"]
+  assert taught["teacher_eval_success_rate"] == final
+  # keep="best": one trajectory per task, the first tasks, in order.
+  kept = trajectory_io.read_jsonl(
+    tmp_path / "student" / "distill" / "kept.jsonl"
+  )
+  config = sweeps.load_config("configs/distill.py:token,smoke")
+  pool = loop.task_pool(config).split("train")
+  want = [t.id for t in list(pool)[: config.distill.num_tasks]]
+  assert [t.task.id for t in kept] == want
+  assert taught["kept"] == len(kept) and taught["samples"] == 2 * len(kept)

@@ -389,7 +389,7 @@ def sampler_placement(config, mesh) -> dict[str, Any]:
   the update. "replicated": the samplers use the training mesh and every
   process plays every task in lockstep: the trajectories of a
   single-process run on the same mesh, at the cost of repeating all host
-  work in every process. The same thing in a single-process run.
+  work in every process. In a single-process run the two are the same.
   """
   how = config.mesh.get("rollouts", "per_process")
   if how not in ROLLOUT_PLACEMENTS:
@@ -1121,7 +1121,9 @@ def distill_data(run: Run, source: str):
       f"plays {run.config.env.name!r}"
     )
   samplers = make_samplers(
-    teacher.model.merge(), **run.config.sampler.to_dict()
+    teacher.model.merge(),
+    **run.config.sampler.to_dict(),
+    **sampler_placement(run.config, run.layout.mesh),
   )
   player, tasks, key = _offline_play(run, samplers, cfg, _TEACHER_STREAM)
   kept, _, stats = rejection_sample(

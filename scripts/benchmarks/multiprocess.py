@@ -1,6 +1,6 @@
 """Rollouts across processes: `python scripts/bench.py multiprocess [flags]`.
 
-Trains one config (no cold start, `--rl_steps` GiGPO steps) on the same
+Trains one config (no cold start, `--rl_steps` RL steps) on the same
 `--mesh` of simulated CPU devices three ways, each a fresh launch:
 
   one          one process holding all `--devices` devices;
