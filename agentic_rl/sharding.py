@@ -196,6 +196,16 @@ def to_host(tree: Any) -> Any:
   return jax.tree.map(get, tree)
 
 
+def key_on_this_process(key: jax.Array) -> jax.Array:
+  """A PRNG key (typed or raw) as an array of this process alone: a run's
+  keys derive from its state's key, which spans every process's devices,
+  and process-local work (a per-process rollout) cannot mix the two."""
+  if not jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+    return jax.numpy.asarray(to_host(key))
+  data = to_host(jax.random.key_data(key))
+  return jax.random.wrap_key_data(data, impl=jax.random.key_impl(key))
+
+
 def local_mesh(mesh: Mesh) -> Mesh:
   """This process's block of `mesh`: the same axes over its own devices.
 

@@ -121,9 +121,7 @@ if len(sys.argv) > 1:  # a run's setup in the workdir given: who writes what
   ]
   streams = [[x for u in t.turns for x in u.action_tokens] for t in played]
   # The same parts played one after the other in this process alone.
-  local_key = jax.random.wrap_key_data(
-    shd.to_host(jax.random.key_data(key)), impl=jax.random.key_impl(key)
-  )
+  local_key = shd.key_on_this_process(key)
   alone = [
     t
     for p in range(2)

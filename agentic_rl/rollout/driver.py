@@ -236,7 +236,7 @@ class Rollout:
     shd.check_same_across_processes(
       [(t.id, t.family, t.seed) for t in tasks], "a per-process rollout's tasks"
     )
-    my_key = jax.random.fold_in(_on_this_process(key), me)
+    my_key = jax.random.fold_in(shd.key_on_this_process(key), me)
     try:
       sent = (self._play(tasks, my_key, policy_version, (me, count)), None)
     except Exception as e:  # noqa: BLE001 - shipped to every process below
@@ -567,15 +567,6 @@ class Rollout:
     trajectory.info["error"] = error
     without_judge = dataclasses.replace(self.reward_stack, judge=None)
     return without_judge.score_trajectory(trajectory)
-
-
-def _on_this_process(key: jax.Array) -> jax.Array:
-  """`key` as an array of this process alone (a run's keys derive from its
-  state's key, which spans every process's devices)."""
-  if not jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
-    return jax.numpy.asarray(shd.to_host(key))
-  data = shd.to_host(jax.random.key_data(key))
-  return jax.random.wrap_key_data(data, impl=jax.random.key_impl(key))
 
 
 def _finite(value: Any) -> bool:
