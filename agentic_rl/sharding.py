@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import math
 import pickle
@@ -206,6 +207,7 @@ def key_on_this_process(key: jax.Array) -> jax.Array:
   return jax.random.wrap_key_data(data, impl=jax.random.key_impl(key))
 
 
+@functools.lru_cache(maxsize=32)  # per mesh: asked once per array moved
 def local_mesh(mesh: Mesh) -> Mesh:
   """This process's block of `mesh`: the same axes over its own devices.
 
@@ -365,8 +367,100 @@ def state_shardings(state: Any, mesh: Mesh, rules: Rules) -> Any:
 
 
 def shard_state(state: Any, mesh: Mesh, rules: Rules) -> Any:
-  """Places every array of `state` on `mesh` according to `rules`."""
-  return jax.device_put(state, state_shardings(state, mesh, rules))
+  """Places every array of `state` on `mesh` according to `rules`.
+
+  Arrays spread over several processes (a multi-process run's training
+  weights) placed on a mesh of this process's devices (a per-process
+  sampler's) move device to device, never through the host:
+  `to_own_devices`, a collective (every process calls it at the same point).
+  """
+  shardings = state_shardings(state, mesh, rules)
+  if not is_process_local(mesh):
+    return jax.device_put(state, shardings)
+  xs, treedef = jax.tree.flatten(state)
+  targets = treedef.flatten_up_to(shardings)
+  spread = [isinstance(x, jax.Array) and not x.is_fully_addressable for x in xs]
+
+  def pick(items, spread_ones):
+    return [a for a, s in zip(items, spread, strict=True) if s == spread_ones]
+
+  moved = iter(to_own_devices(pick(xs, True), pick(targets, True)))
+  placed = iter(jax.device_put(pick(xs, False), pick(targets, False)))
+  return jax.tree.unflatten(
+    treedef, [next(moved) if s else next(placed) for s in spread]
+  )
+
+
+def _without_axes(spec: PartitionSpec, axes: set[str]) -> PartitionSpec:
+  def keep(entry):
+    names = entry if isinstance(entry, tuple) else (entry,)
+    names = tuple(a for a in names if a is not None and a not in axes)
+    return None if not names else names[0] if len(names) == 1 else names
+
+  return PartitionSpec(*(keep(e) for e in spec))
+
+
+@functools.lru_cache(maxsize=16)
+def _resharder(shardings: tuple[NamedSharding, ...]) -> Any:
+  return jax.jit(lambda *xs: xs, out_shardings=shardings)
+
+
+def to_own_devices(
+  xs: Sequence[jax.Array], targets: Sequence[NamedSharding]
+) -> list[jax.Array]:
+  """Arrays spread over several processes' devices, placed on shardings of
+  this process's devices, device to device.
+
+  Each array is first laid out on its own mesh as its target asks, without
+  the mesh axes that span processes (a device collective, one for all the
+  arrays; none when it is laid out so already, as weights replicated over a
+  data axis that spans the processes are): then this process's devices hold
+  all of it, as the same blocks its block of the mesh (`local_mesh`) gives,
+  and its shards become the array on that block without a copy. A target
+  that differs from that layout is then reached by a move among this
+  process's devices. A collective: every process calls it at the same
+  point with the same shapes and shardings.
+  """
+  wholes, blocks = [], []
+  for x, target in zip(xs, targets, strict=True):
+    source = x.sharding
+    if not isinstance(source, NamedSharding):
+      raise ValueError(
+        f"to_own_devices: {type(source).__name__} is not a NamedSharding"
+      )
+    block = local_mesh(source.mesh)
+    if target.mesh.axis_names != source.mesh.axis_names:
+      raise ValueError(
+        f"to_own_devices: target mesh axes {target.mesh.axis_names} are not "
+        f"the source's {source.mesh.axis_names}"
+      )
+    spans = {
+      a for a in block.axis_names if block.shape[a] != source.mesh.shape[a]
+    }
+    wholes.append(NamedSharding(source.mesh, _without_axes(target.spec, spans)))
+    blocks.append(block)
+  todo = [
+    i
+    for i, (x, whole) in enumerate(zip(xs, wholes, strict=True))
+    if not x.sharding.is_equivalent_to(whole, x.ndim)
+  ]
+  xs = list(xs)
+  if todo:
+    gathered = _resharder(tuple(wholes[i] for i in todo))(
+      *(xs[i] for i in todo)
+    )
+    for i, x in zip(todo, gathered, strict=True):
+      xs[i] = x
+  out = []
+  for x, whole, block, target in zip(xs, wholes, blocks, targets, strict=True):
+    own = NamedSharding(block, whole.spec)
+    shards = {s.device: s.data for s in x.addressable_shards}
+    local = jax.make_array_from_single_device_arrays(
+      x.shape, own, [shards[d] for d in block.devices.flat]
+    )
+    same = own.is_equivalent_to(target, x.ndim)
+    out.append(local if same else jax.device_put(local, target))
+  return out
 
 
 def shard_model(model: nnx.Module, mesh: Mesh, rules: Rules) -> nnx.Module:

@@ -17,6 +17,8 @@ sweeps.initialize_distributed()
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+from flax import nnx  # noqa: E402
+from jax.experimental import multihost_utils  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
@@ -58,6 +60,49 @@ out["block"] = list(shd.local_mesh(mesh).devices.shape)
 out["block_mine"] = all(
   d.process_index == me for d in shd.local_mesh(mesh).devices.flat
 )
+# Onto this process's devices, device to device (never through the host):
+# weights replicated over the processes keep their buffers, split ones are
+# gathered on device first; a target on part of this process's devices is
+# reached by a move among them.
+local = shd.local_mesh(mesh)
+half = jax.sharding.Mesh(
+  np.asarray(local.devices.flat[:2]).reshape(1, 1, 2), local.axis_names
+)
+targets = [
+  NamedSharding(local, P(None, "tensor")),
+  NamedSharding(local, P("tensor")),
+  NamedSharding(half, P(None, "tensor")),
+]
+read, gather = shd.to_host, multihost_utils.process_allgather
+
+
+def _through_host(*args, **kwargs):
+  raise AssertionError("read through the host")
+
+
+shd.to_host = multihost_utils.process_allgather = _through_host
+try:
+  moved = shd.to_own_devices([w, v, w], targets)
+finally:
+  shd.to_host, multihost_utils.process_allgather = read, gather
+out["moved_local"] = [
+  x.is_fully_addressable and x.sharding == t
+  for x, t in zip(moved, targets, strict=True)
+]
+out["moved_values"] = [
+  np.array_equal(np.asarray(x), np.asarray(shd.to_host(y)))
+  for x, y in zip(moved, [w, v, w], strict=True)
+]
+
+
+def _buffers(x):
+  return sorted(s.data.unsafe_buffer_pointer() for s in x.addressable_shards)
+
+
+out["moved_same_buffers"] = [
+  _buffers(moved[0]) == _buffers(w),
+  _buffers(moved[1]) == _buffers(v),
+]
 d = jax.devices()  # a (2, 1, 4) mesh: rows [p0 p0 p1 p1] and [p1 p1 p0 p0]
 try:
   shd.local_mesh(
@@ -111,7 +156,21 @@ if len(sys.argv) > 1:  # a run's setup in the workdir given: who writes what
 
   tasks = run.eval_tasks[:3]  # parts of 2 and 1 tasks
   key = jax.random.fold_in(run.state.rng, 7)  # on every process's devices
-  loop._sync_policy(run)  # the training weights, read into local samplers
+  # The training weights, moved into the local samplers on device.
+  shd.to_host = _through_host
+  try:
+    loop._sync_policy(run)
+  finally:
+    shd.to_host = read
+  trained = nnx.split(samplers[0]._layout(run.state.model.merge()))[1]
+  out["synced"] = [
+    x.is_fully_addressable and np.array_equal(np.asarray(x), y)
+    for x, y in zip(
+      jax.tree.leaves(samplers[0].params),
+      jax.tree.leaves(shd.to_host(trained)),
+      strict=True,
+    )
+  ]
   played = player().run(tasks, key)
   out["envs_made"] = sorted(made)  # before the runs below make more
   out["task_ids"] = [t.id for t in tasks]

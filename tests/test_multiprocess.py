@@ -54,6 +54,10 @@ def test_two_processes_gather_check_and_refuse_a_partial_mesh(tmp_path):
     # replicated weights read from own shards, split ones gathered
     assert s["own_shards"] and not s["split"] and s["read_whole"]
     assert s["block"] == [1, 1, 4] and s["block_mine"]
+    # moved onto own devices, device to device, as the targets ask; the
+    # replicated weights keep their buffers, the split ones were gathered
+    assert s["moved_local"] == [True] * 3 and s["moved_values"] == [True] * 3
+    assert s["moved_same_buffers"] == [True, False]
     assert "do not form a block" in s["interleaved"]
     assert s["objects"] == [{"me": 0, "rows": [0]}, {"me": 1, "rows": [0, 1]}]
     assert "process(es) could not pickle their object: 1: " in s["unpicklable"]
@@ -70,6 +74,8 @@ def test_two_processes_gather_check_and_refuse_a_partial_mesh(tmp_path):
   assert seen[1]["envs_made"] == [ids[2]] * 2
   for s in seen:
     assert s["sampler_mesh"] == [1, 1, 4] and s["sampler_devices_mine"]
+    # the training weights reached the samplers on device, whole
+    assert s["synced"] and all(s["synced"])
     assert [p[:2] for p in s["played"]] == [
       [ids[i], i] for i in range(3) for _ in range(2)
     ]
@@ -94,11 +100,12 @@ def test_bench_multiprocess_summarizes_a_runs_rows():
   rows = [
     {"step": 0, "time": 110.0, "eval/seconds": 9.0},
     {"step": 1, "time": 140.0, "episodes": 32, "seconds": 8.0,
-     "train_seconds": 20.0, "success_rate": 0.0},
+     "train_seconds": 20.0, "sync_seconds": 0.5, "success_rate": 0.0},
     {"step": 2, "time": 150.0, "episodes": 32, "seconds": 3.0,
-     "train_seconds": 6.0, "success_rate": 0.25},
+     "train_seconds": 6.0, "sync_seconds": 0.25, "success_rate": 0.25},
     {"step": 3, "time": 162.0, "episodes": 32, "seconds": 5.0,
-     "train_seconds": 5.0, "success_rate": 0.5, "eval/seconds": 2.0},
+     "train_seconds": 5.0, "sync_seconds": 0.75, "success_rate": 0.5,
+     "eval/seconds": 2.0},
   ]  # fmt: skip
   got = bench.summarize(rows, launched=100.0, ended=170.0)
   assert got == {
@@ -108,6 +115,7 @@ def test_bench_multiprocess_summarizes_a_runs_rows():
     "first_train_s": 20.0,
     "rollout_s": 4.0,  # median of steps 2-3: step 1 compiles
     "train_s": 5.5,
+    "sync_s": 0.5,
     "first_eval_s": 9.0,
     "before_first_row_s": 10.0,
     "after_last_row_s": 8.0,
@@ -149,8 +157,9 @@ def test_two_process_run_matches_one_process_on_the_same_mesh(tmp_path):
   matches one process of 8 devices (same programs; the cross-process
   reductions may round apart). With per-process rollouts (the default) it
   plays other episodes (each process its own part, its own key) and logs
-  the same metrics, each once; then it teaches a student as two processes
-  (the teacher's samples split the same way)."""
+  the same metrics, each once, and stopped after one step and resumed it
+  continues exactly; then it teaches a student as two processes (the
+  teacher's samples split the same way)."""
   argv = [
     sys.executable,
     "-m",
@@ -211,6 +220,22 @@ def test_two_process_run_matches_one_process_on_the_same_mesh(tmp_path):
   assert all(parts_rows[k] == one_rows[k] for k in episodes)
   # other episodes, so another update: the RL metrics move apart
   assert any(parts_rows[k] != one_rows[k] for k in compared)
+
+  # Stopped after its first RL step and resumed as two processes, the
+  # per-process run continues exactly: step 2 as in the run straight
+  # through (the same parts, keys and weights), and its final evaluation.
+  resumed = tmp_path / "resumed"
+  _launch([*argv, "--config.rl.steps=1", f"--workdir={resumed}"], timeout=1200)
+  _launch([*argv, f"--workdir={resumed}"], timeout=1200)
+  resumed_rows = _rows(resumed / "logs" / "metrics.jsonl")
+  step2 = [k for k in compared if k[0] == 2 and not k[1].startswith("eval/")]
+  assert len(step2) > 30
+  assert [resumed_rows[k] for k in step2] == [parts_rows[k] for k in step2]
+  last = [
+    json.loads((d / "summary.json").read_text())["evals"][-1]
+    for d in (resumed, tmp_path / "parts")
+  ]
+  assert last[0] == last[1]
 
   # That run teaches a smaller student, its samplers split the same way.
   _launch(

@@ -49,6 +49,26 @@ def test_single_process_mesh_is_its_own_block():
   # one process: nothing to split, so no rollout is per-process
   assert not shd.is_process_local(mesh)
   assert shd.allgather_objects({"a": [1, 2]}) == [{"a": [1, 2]}]
+  # one process's arrays are placed as given (tests/test_multiprocess.py
+  # moves arrays spread over two processes)
+  x = jax.device_put(
+    np.arange(8.0), NamedSharding(mesh, PartitionSpec("tensor"))
+  )
+  (moved,) = jax.tree.leaves(shd.shard_state({"x": x}, mesh, ()))
+  assert moved.sharding.is_equivalent_to(
+    NamedSharding(mesh, PartitionSpec()), 1
+  )
+
+
+def test_a_spec_without_the_axes_that_span_processes():
+  spec = PartitionSpec(("data", "tensor"), None, "fsdp", ("fsdp", "data"))
+  assert shd._without_axes(spec, {"data", "fsdp"}) == PartitionSpec(
+    "tensor", None, None, None
+  )
+  assert shd._without_axes(spec, set()) == spec
+  assert shd._without_axes(spec, {"tensor"}) == PartitionSpec(
+    "data", None, "fsdp", ("fsdp", "data")
+  )
 
 
 def test_logical_to_spec_rules():

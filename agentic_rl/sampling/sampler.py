@@ -185,14 +185,9 @@ class Sampler:
   def _place_params(self, params: nnx.State) -> nnx.State:
     if self.mesh is None:
       return params
-    if any(
-      isinstance(x, jax.Array) and not x.is_fully_addressable
-      for x in jax.tree.leaves(params)
-    ):
-      # Training weights spread over several processes, for a sampler on
-      # this process's devices: read them here first (`shd.to_host`; a
-      # collective when they are split across processes).
-      params = shd.to_host(params)
+    # Training weights spread over several processes, for a sampler on this
+    # process's devices, move device to device (`shd.shard_state`; a
+    # collective when they are split across processes).
     return shd.shard_state(params, self.mesh, self.rules)
 
   def _initial_state(self) -> SamplerState:

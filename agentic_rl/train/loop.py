@@ -945,9 +945,15 @@ def restore_step(run: Run, checkpoints: str | pathlib.Path, step: int) -> None:
 def _sync_policy(run: Run) -> None:
   """Points every sampler at the current weights (after each update)."""
   model = run.state.model.merge()
-  if run.rollout.per_process:  # read once here, not once per sampler
+  if run.rollout.per_process:
+    # Onto this process's devices once here (device to device, a
+    # collective), not once per sampler; a sampler placed otherwise moves
+    # them on among this process's devices.
+    first = run.rollout.samplers[0]
     graphdef, params = nnx.split(model)
-    model = nnx.merge(graphdef, shd.to_host(params))
+    model = nnx.merge(
+      graphdef, shd.shard_state(params, first.mesh, first.rules)
+    )
   for sampler in run.rollout.samplers:
     sampler.update_params(model)
 
@@ -1346,7 +1352,10 @@ def rl_step(run: Run, reference) -> dict[str, float]:
   """One iteration: roll out, score, estimate, update. Returns metrics."""
   cfg, config = run.config.rl, run.config
   i = run.host["rl_step"]
+  t0 = time.perf_counter()
   _sync_policy(run)
+  jax.block_until_ready([s.params for s in run.rollout.samplers])
+  sync_s = time.perf_counter() - t0
   trajs, played, rollout_s, dynamic_m = roll_out_step(run, i)
   batch = _pack(trajs, config)
   if run.critic is None:
@@ -1424,6 +1433,9 @@ def rl_step(run: Run, reference) -> dict[str, float]:
       "adv_frac_positive": float((adv > 0).mean()),
       "adv_divisor": float(divisor),
       "train_seconds": train_s,
+      # the new weights into the samplers (a device collective with
+      # per-process rollouts)
+      "sync_seconds": sync_s,
       "train_tokens_per_s": float(
         cfg.epochs
         * np.asarray(train_batch.turn_id_BxL >= 0).sum()

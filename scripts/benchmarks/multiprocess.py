@@ -102,6 +102,8 @@ def summarize(rows: list[dict], launched: float, ended: float) -> dict:
     "first_train_s": steps[0]["train_seconds"],
     "rollout_s": statistics.median(r["seconds"] for r in later),
     "train_s": statistics.median(r["train_seconds"] for r in later),
+    # the new weights into the samplers, before each step's rollout
+    "sync_s": statistics.median(r["sync_seconds"] for r in later),
     "first_eval_s": evals[0] if evals else None,
     # launch to the first logged row (start-up, the numerics probe, the
     # first evaluation), and the last row to the end (the summary)
@@ -124,7 +126,8 @@ def _run_one(argv, env, timeout) -> tuple[int, str, str]:
 def print_table(rows: list[dict]) -> None:
   print(
     f"{'arm':<12} {'procs':>5} {'episodes':>8} {'rollout s':>9} "
-    f"{'update s':>8} {'step 1 s':>13} {'eval s':>7} {'wall s':>7}"
+    f"{'update s':>8} {'sync s':>6} {'step 1 s':>13} {'eval s':>7} "
+    f"{'wall s':>7}"
   )
   for r in rows:
     if "error" in r:
@@ -132,7 +135,7 @@ def print_table(rows: list[dict]) -> None:
       continue
     print(
       f"{r['arm']:<12} {r['processes']:>5} {r['episodes_per_step']:>8.0f} "
-      f"{r['rollout_s']:>9.2f} {r['train_s']:>8.2f} "
+      f"{r['rollout_s']:>9.2f} {r['train_s']:>8.2f} {r['sync_s']:>6.3f} "
       f"{r['first_rollout_s']:>6.1f} + {r['first_train_s']:>4.1f} "
       f"{r['first_eval_s'] or float('nan'):>7.2f} {r['wall_s']:>7.1f}"
     )

@@ -94,6 +94,7 @@ def test_smoke_run_writes_everything(straight):
     assert math.isfinite(row["loss"])
     assert math.isfinite(row["grad_norm"])
     assert 0.0 <= row["success_rate"] <= 1.0
+    assert row["sync_seconds"] >= 0.0  # new weights into the samplers
     assert "eval/success_rate" in row
     # Groups of 2: each is mixed, all solved or all failed.
     kinds = ("mixed_success", "all_success", "all_failure")
