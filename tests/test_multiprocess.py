@@ -265,3 +265,29 @@ def test_two_process_run_matches_one_process_on_the_same_mesh(tmp_path):
   want = [t.id for t in list(pool)[: config.distill.num_tasks]]
   assert [t.task.id for t in kept] == want
   assert taught["kept"] == len(kept) and taught["samples"] == 2 * len(kept)
+
+
+@pytest.mark.slow
+def test_bench_weight_sync_moves_the_same_arrays_both_ways(tmp_path):
+  out = tmp_path / "weight_sync.json"
+  subprocess.run(
+    [
+      sys.executable,
+      "scripts/bench.py",
+      "weight_sync",
+      "--presets=tiny",
+      "--reps=1",
+      f"--out={out}",
+    ],
+    cwd=REPO,
+    check=True,
+    timeout=900,
+  )
+  rows = json.loads(out.read_text())["rows"]
+  assert [(r["mesh"], r["split_across_processes"]) for r in rows] == [
+    ("2,1,4", False),
+    ("1,2,4", True),
+  ]
+  for r in rows:
+    assert r["same_arrays"] and r["leaves"] > 10
+    assert r["host_ms"] > 0 and r["device_ms"] > 0
