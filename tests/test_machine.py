@@ -149,9 +149,12 @@ def test_record_machine_appends_a_launch_only_on_a_new_machine():
   assert old["machines"][0]["unrecorded_before"] is True
 
 
-def _probe_in_subprocess(xla_flags: str, **env: str) -> dict[str, str]:
-  code = "import json; from agentic_rl import machine; "
-  code += "print(json.dumps(machine.numerics_probe()))"
+def _probe_in_subprocess(
+  xla_flags: str, calls: tuple[str, ...] = ("numerics_probe",), **env: str
+) -> list[dict[str, str]]:
+  """What `machine.<call>()` returns, for each call, in one new process."""
+  code = "import json; from agentic_rl import machine\n"
+  code += "".join(f"print(json.dumps(machine.{c}()))\n" for c in calls)
   done = subprocess.run(
     [sys.executable, "-c", code],
     cwd=REPO,
@@ -160,23 +163,29 @@ def _probe_in_subprocess(xla_flags: str, **env: str) -> dict[str, str]:
     text=True,
     check=True,
   )
-  return json.loads(done.stdout.splitlines()[-1])
+  return [json.loads(x) for x in done.stdout.splitlines()[-len(calls) :]]
 
 
 def test_numerics_probe_repeats_in_a_new_process_and_sees_a_capped_isa():
-  """Another process of this machine measures the same digests; one whose
-  XLA may use no more than SSE4.2 (kernels another CPU would get) does not,
-  and refuses the probe this process hands it. One with this process's
-  flags takes the handed probe."""
+  """Another process of this machine measures the same digests and takes
+  the probe this process hands it; one whose XLA may use no more than
+  SSE4.2 (kernels another CPU would get) measures others and refuses it."""
   here = machine.numerics_probe()
   assert set(here) == {"init", "train", "sample", "probe"}
   assert here["probe"].startswith(f"v{machine.PROBE_VERSION}:")
   flags = os.environ.get("XLA_FLAGS", "")
-  assert os.environ.get(machine.PROBE_ENV) is None
-  assert _probe_in_subprocess(flags) == here
+  assert os.environ.get(machine.PROBE_ENV) is None  # measured here
   handed = machine.probe_environ()
-  assert _probe_in_subprocess(flags, **handed) == {**here, "inherited": True}
-  capped = _probe_in_subprocess(f"{flags} --xla_cpu_max_isa=SSE4_2", **handed)
+  # One process for both (a JAX start-up fewer): what it is handed, then
+  # what it measures itself.
+  taken, measured = _probe_in_subprocess(
+    flags, ("numerics_probe", "measure_numerics_probe"), **handed
+  )
+  assert measured == here
+  assert taken == {**here, "inherited": True}
+  (capped,) = _probe_in_subprocess(
+    f"{flags} --xla_cpu_max_isa=SSE4_2", **handed
+  )
   assert "inherited" not in capped
   assert capped["train"] != here["train"]
   assert capped["probe"] != here["probe"]
