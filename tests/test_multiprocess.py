@@ -291,3 +291,36 @@ def test_bench_weight_sync_moves_the_same_arrays_both_ways(tmp_path):
   for r in rows:
     assert r["same_arrays"] and r["leaves"] > 10
     assert r["host_ms"] > 0 and r["device_ms"] > 0
+
+
+@pytest.mark.slow
+def test_switches_run_and_resume_exactly_as_two_processes(tmp_path):
+  """Dynamic sampling, replay and the curriculum with per-process rollouts:
+  every process decides on the same gathered episodes, so a run stopped
+  after one step and resumed repeats the run straight through (their
+  state is in the checkpoint)."""
+  argv = [
+    sys.executable,
+    "-m",
+    "agentic_rl.main",
+    "--config=configs/sokoban.py:gigpo,smoke,dynamic,replay,curriculum",
+    "--config.mesh.shape=(2,1,4)",
+  ]
+  straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+  _launch([*argv, f"--workdir={straight}"], timeout=1200)
+  _launch([*argv, "--config.rl.steps=1", f"--workdir={resumed}"], timeout=1200)
+  _launch([*argv, f"--workdir={resumed}"], timeout=1200)
+  a, b = (_rows(d / "logs" / "metrics.jsonl") for d in (straight, resumed))
+  switches = re.compile(r"^(dynamic|replay|curriculum)/")
+  for step in (1, 2):
+    logged = {k for (s, k) in a if s == step and switches.match(k)}
+    assert {k.split("/")[0] for k in logged} == {
+      "dynamic",
+      "replay",
+      "curriculum",
+    }
+  assert a[2, "replay/rows"] > 0  # the second update replayed rows
+  timing = re.compile(r"time|second|per_s")
+  step2 = [k for k in a if k[0] == 2 and not timing.search(k[1])]
+  assert len(step2) > 30
+  assert [b[k] for k in step2] == [a[k] for k in step2]
