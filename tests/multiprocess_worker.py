@@ -56,15 +56,13 @@ out["read_whole"] = bool(
   np.array_equal(shd.to_host(w), np.arange(32.0).reshape(4, 8))
   and np.array_equal(shd.to_host(v), np.arange(16.0))
 )
-out["block"] = list(shd.local_mesh(mesh).devices.shape)
-out["block_mine"] = all(
-  d.process_index == me for d in shd.local_mesh(mesh).devices.flat
-)
+local = shd.local_mesh(mesh)
+out["block"] = list(local.devices.shape)
+out["block_mine"] = all(d.process_index == me for d in local.devices.flat)
 # Onto this process's devices, device to device (never through the host):
 # weights replicated over the processes keep their buffers, split ones are
 # gathered on device first; a target on part of this process's devices is
 # reached by a move among them.
-local = shd.local_mesh(mesh)
 half = jax.sharding.Mesh(
   np.asarray(local.devices.flat[:2]).reshape(1, 1, 2), local.axis_names
 )
