@@ -26,7 +26,7 @@ import hashlib
 import math
 import pickle
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
@@ -281,6 +281,49 @@ def allgather_objects(obj: Any) -> list[Any]:
       + "; ".join(unsent)
     )
   return objs
+
+
+class ProcessPartError(RuntimeError):
+  """One process's part of work split over the processes failed; raised in
+  every process, naming the process(es) and what failed there."""
+
+
+def process_part(n: int, index: int, count: int) -> tuple[int, int]:
+  """`[lo, hi)` of part `index` of `count` contiguous parts of `n` items,
+  as `np.array_split` cuts them (the first `n % count` parts one longer)."""
+  if not 0 <= index < count:
+    raise ValueError(f"part {index} of {count}: expected 0 <= part < count")
+  size, extra = divmod(n, count)
+  lo = index * size + min(index, extra)
+  return lo, lo + size + (index < extra)
+
+
+def gather_parts(
+  play_part: Callable[[], list[Any]],
+  what: str,
+  error: type[ProcessPartError] = ProcessPartError,
+) -> list[Any]:
+  """Every process's `play_part()` (a list: this process's part of a job),
+  concatenated in process order, in every process. A collective: every
+  process must call it at the same point. An exception in any process's
+  part is raised in all of them as `error` naming the process(es), so none
+  is left waiting at the gather for a process that failed. One process:
+  its own list (its exceptions raised as they are).
+  """
+  if jax.process_count() == 1:
+    return list(play_part())
+  try:
+    sent = (list(play_part()), None)
+  except Exception as e:  # noqa: BLE001 - shipped to every process below
+    sent = (None, f"{type(e).__name__}: {e}")
+  parts = allgather_objects(sent)
+  failed = [(i, why) for i, (_, why) in enumerate(parts) if why is not None]
+  if failed:
+    raise error(
+      f"{what} failed in process(es) "
+      + "; ".join(f"{i}: {why}" for i, why in failed)
+    )
+  return [x for part, _ in parts for x in part]
 
 
 def _rules_dict(rules: Rules) -> dict[str, tuple[str, ...]]:

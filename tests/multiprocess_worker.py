@@ -202,4 +202,41 @@ if len(sys.argv) > 1:  # a run's setup in the workdir given: who writes what
     out["failure"] = None
   except RolloutProcessError as e:
     out["failure"] = str(e)
+
+  # The cold start's expert demos: each process replays its part of the
+  # demo tasks (smoke: 8, parts of 4) and both get what one process would.
+  from agentic_rl.rollout import demos as demo_lib  # noqa: E402
+
+  demo_tasks = loop.sft_demo_tasks(run.train_pool, config.sft)
+  replayed = []
+
+  def replaying(task, factory=run.rollout.env_factory):
+    replayed.append(task.id)
+    return factory(task)
+
+  framing = (run.tokenizer, run.rollout.config, run.rollout.reward_stack)
+  split = demo_lib.expert_trajectories(
+    demo_tasks, replaying, *framing, per_process=True
+  )
+  whole = demo_lib.expert_trajectories(
+    demo_tasks, run.rollout.env_factory, *framing
+  )
+  out["demo_task_ids"] = [t.id for t in demo_tasks]
+  out["demos_replayed"] = replayed  # the expert check's env, then its part
+  out["demos_same"] = [d.to_dict() for d in split] == [
+    d.to_dict() for d in whole
+  ]
+
+  def breaking(task, factory=run.rollout.env_factory):
+    if me == 1 and task.id == demo_tasks[-1].id:
+      raise RuntimeError(f"sandbox broke in process {me}")
+    return factory(task)
+
+  try:
+    demo_lib.expert_trajectories(
+      demo_tasks, breaking, *framing, per_process=True
+    )
+    out["demo_failure"] = None
+  except demo_lib.DemoProcessError as e:
+    out["demo_failure"] = str(e)
 print(json.dumps(out), flush=True)

@@ -85,6 +85,18 @@ def test_two_processes_gather_check_and_refuse_a_partial_mesh(tmp_path):
     assert differ in s["tasks_differ"]
     broke = "process(es) 1: RuntimeError: scoring broke in process 1"
     assert broke in s["failure"]
+  # Per-process expert demos: 8 tasks in parts of 4, each process making
+  # one environment to check for an expert, then one per task of its part.
+  demo_ids = seen[0]["demo_task_ids"]
+  assert len(demo_ids) == 8
+  assert seen[0]["demos_replayed"] == [demo_ids[0], *demo_ids[:4]]
+  assert seen[1]["demos_replayed"] == [demo_ids[0], *demo_ids[4:]]
+  for s in seen:
+    assert s["demo_task_ids"] == demo_ids and s["demos_same"]
+    assert s["demo_failure"] == (
+      "the expert demos failed in process(es) 1: "
+      "RuntimeError: sandbox broke in process 1"
+    )
 
 
 def test_simulated_devices_env_sets_only_the_device_count():
@@ -291,6 +303,32 @@ def test_bench_weight_sync_moves_the_same_arrays_both_ways(tmp_path):
   for r in rows:
     assert r["same_arrays"] and r["leaves"] > 10
     assert r["host_ms"] > 0 and r["device_ms"] > 0
+
+
+@pytest.mark.slow
+def test_bench_demos_splits_the_replays_and_keeps_the_demos(tmp_path):
+  out = tmp_path / "demos.json"
+  subprocess.run(
+    [
+      sys.executable,
+      "scripts/bench.py",
+      "demos",
+      "--configs",
+      "configs/code_repair.py:gigpo,smoke",
+      "--reps=1",
+      f"--out={out}",
+    ],
+    cwd=REPO,
+    check=True,
+    timeout=900,
+  )
+  rows = json.loads(out.read_text())["rows"]
+  # One process, then two: the same 8 demos (digest), the expert solving
+  # each, and the speed-up measured against the one-process row.
+  assert [(r["processes"], r["process"]) for r in rows] == [(1, 0), (2, 0)]
+  assert all(r["demos"] == r["solved"] == 8 for r in rows)
+  assert all(r["same_demos"] for r in rows) and rows[0]["speedup"] == 1
+  assert rows[1]["speedup"] == rows[0]["seconds"] / rows[1]["seconds"]
 
 
 @pytest.mark.slow

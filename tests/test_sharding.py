@@ -60,6 +60,39 @@ def test_single_process_mesh_is_its_own_block():
   )
 
 
+def test_process_parts_cut_like_array_split():
+  # By hand: 10 items in 3 parts are 4, 3, 3; 2 in 3 are 1, 1, 0.
+  assert [shd.process_part(10, p, 3) for p in range(3)] == [
+    (0, 4),
+    (4, 7),
+    (7, 10),
+  ]
+  assert [shd.process_part(2, p, 3) for p in range(3)] == [
+    (0, 1),
+    (1, 2),
+    (2, 2),
+  ]
+  for n in range(12):
+    for count in range(1, 6):
+      cut = np.array_split(np.arange(n), count)
+      for p in range(count):
+        lo, hi = shd.process_part(n, p, count)
+        assert list(range(lo, hi)) == cut[p].tolist()
+  with pytest.raises(ValueError, match="part 3 of 3"):
+    shd.process_part(10, 3, 3)
+
+
+def test_one_process_gathers_its_own_part_and_raises_as_is():
+  assert shd.gather_parts(lambda: (1, 2), "a job") == [1, 2]
+
+  def broken():
+    raise KeyError("no such task")
+
+  # Nothing to ship to other processes: the part's own exception.
+  with pytest.raises(KeyError, match="no such task"):
+    shd.gather_parts(broken, "a job")
+
+
 def test_a_spec_without_the_axes_that_span_processes():
   spec = PartitionSpec(("data", "tensor"), None, "fsdp", ("fsdp", "data"))
   assert shd._without_axes(spec, {"data", "fsdp"}) == PartitionSpec(

@@ -20,6 +20,7 @@ import numpy as np
 from flax import nnx
 
 from agentic_rl import losses
+from agentic_rl import sharding as shd
 from agentic_rl.envs.base import Environment
 from agentic_rl.envs.parsing import PROTOCOLS, parse_action
 from agentic_rl.models.tokenizer import EnvTokenizer
@@ -95,21 +96,79 @@ def expert_trajectory(
   )
 
 
+class DemoProcessError(shd.ProcessPartError):
+  """Some process's part of the expert demonstrations failed (a
+  multi-process run's `expert_trajectories(..., per_process=True)`)."""
+
+
+def has_expert(env: Environment) -> bool:
+  """Whether `expert_actions` can script `env` (without running it)."""
+  if callable(getattr(env, "expert_actions", None)):
+    return True
+  module = sys.modules[type(env).__module__]
+  return callable(getattr(module, "expert_actions", None))
+
+
 def expert_trajectories(
   tasks: Sequence[Task],
   env_factory: EnvFactory,
   tokenizer: EnvTokenizer,
   config: RolloutConfig,
   reward_stack: RewardStack | None = None,
+  per_process: bool = False,
 ) -> list[Trajectory]:
-  """One scored expert demonstration per task (group id = task index)."""
-  demos = []
-  for i, task in enumerate(tasks):
-    traj = expert_trajectory(task, env_factory(task), tokenizer, config, i)
-    demos.append(
-      traj if reward_stack is None else reward_stack.score_trajectory(traj)
+  """One scored expert demonstration per task (group id = task index).
+
+  With `per_process` (a multi-process run; every process calls it with the
+  same `tasks`, else `ProcessDivergenceError`), process p of P replays the
+  p-th of P contiguous parts of `tasks`, so the environments, tools and
+  rewards run once per task over the run, and the parts are gathered:
+  every process returns the list one process would. An environment with no
+  expert is a `NoExpertError` in every process before anything is played;
+  any other failure in one process's part is a `DemoProcessError` in all.
+  """
+  if not tasks:
+    return []
+  if per_process:
+    shd.check_same_across_processes(
+      [(t.id, t.family, t.seed) for t in tasks], "the expert demos' tasks"
     )
-  return demos
+    # Every process decides alike whether there is an expert (a collective
+    # before any process could raise alone and leave the others waiting).
+    try:
+      probe = env_factory(tasks[0])
+      name, expert, why = type(probe).__name__, has_expert(probe), None
+      probe.close()
+    except Exception as e:  # noqa: BLE001 - raised in every process below
+      name, expert, why = "", False, f"{type(e).__name__}: {e}"
+    shd.check_same_across_processes(
+      np.frombuffer(f"{name}{expert}{why}".encode(), np.uint8),
+      "whether the expert demos' environment has an expert",
+    )
+    if why is not None:
+      raise DemoProcessError(f"the expert demos' environment failed: {why}")
+    if not expert:
+      raise NoExpertError(f"environment {name} has no expert")
+    lo, hi = shd.process_part(
+      len(tasks), jax.process_index(), jax.process_count()
+    )
+  else:
+    lo, hi = 0, len(tasks)
+
+  def play_part() -> list[Trajectory]:
+    demos = []
+    for i in range(lo, hi):
+      traj = expert_trajectory(
+        tasks[i], env_factory(tasks[i]), tokenizer, config, i
+      )
+      demos.append(
+        traj if reward_stack is None else reward_stack.score_trajectory(traj)
+      )
+    return demos
+
+  if not per_process:
+    return play_part()
+  return shd.gather_parts(play_part, "the expert demos", DemoProcessError)
 
 
 # ---------------------------------------------------------------------------

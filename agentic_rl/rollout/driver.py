@@ -91,7 +91,7 @@ def make_samplers(
   ]
 
 
-class RolloutProcessError(RuntimeError):
+class RolloutProcessError(shd.ProcessPartError):
   """A per-process rollout failed in some process of a multi-process run."""
 
 
@@ -237,18 +237,11 @@ class Rollout:
       [(t.id, t.family, t.seed) for t in tasks], "a per-process rollout's tasks"
     )
     my_key = jax.random.fold_in(shd.key_on_this_process(key), me)
-    try:
-      sent = (self._play(tasks, my_key, policy_version, (me, count)), None)
-    except Exception as e:  # noqa: BLE001 - shipped to every process below
-      sent = (None, f"{type(e).__name__}: {e}")
-    parts = shd.allgather_objects(sent)
-    failed = [(i, why) for i, (_, why) in enumerate(parts) if why is not None]
-    if failed:
-      raise RolloutProcessError(
-        "the rollout failed in process(es) "
-        + "; ".join(f"{i}: {why}" for i, why in failed)
-      )
-    trajectories = [t for played, _ in parts for t in played]
+    trajectories = shd.gather_parts(
+      lambda: self._play(tasks, my_key, policy_version, (me, count)),
+      "the rollout",
+      RolloutProcessError,
+    )
     self.last_metrics = rollout_metrics(
       trajectories, time.perf_counter() - start
     )
@@ -308,9 +301,7 @@ class Rollout:
     g = self.config.group_size
     first = self._groups_issued
     self._groups_issued += len(tasks)
-    sizes = [len(p) for p in np.array_split(np.arange(len(tasks)), count)]
-    bounds = np.cumsum([0, *sizes])
-    lo, hi = int(bounds[index]), int(bounds[index + 1])
+    lo, hi = shd.process_part(len(tasks), index, count)
     return [
       _Episode(index=(i - lo) * g + j, task=tasks[i], group_id=first + i)
       for i in range(lo, hi)

@@ -133,7 +133,8 @@ def expert_ceiling(rollout: Rollout, tasks: Sequence[Task]) -> dict[str, float]:
   this is the tasks' ceiling; on a stochastic one, the expert policy's
   success on these draws (FrozenLake's value iteration, optimal in
   expectation); with a heuristic expert, a lower bound on the ceiling.
-  The expert plays each task once, with the task's seed. Keys as
+  The expert plays each task once, with the task's seed (in a
+  multi-process run each process plays its part of the tasks). Keys as
   `evaluate`'s: `success_rate` and `success_rate/d<k>`; {} when the
   environment has no expert."""
   if not tasks:
@@ -145,6 +146,7 @@ def expert_ceiling(rollout: Rollout, tasks: Sequence[Task]) -> dict[str, float]:
       rollout.tokenizer,
       rollout.config,
       rollout.reward_stack,
+      per_process=jax.process_count() > 1,
     )
   except NoExpertError:
     return {}

@@ -1010,7 +1010,11 @@ def sft(run: Run) -> None:
   else:
     demo_tasks = sft_demo_tasks(run.train_pool, cfg)
     demos = expert_trajectories(
-      demo_tasks, run.rollout.env_factory, run.tokenizer, run.rollout.config
+      demo_tasks,
+      run.rollout.env_factory,
+      run.tokenizer,
+      run.rollout.config,
+      per_process=jax.process_count() > 1,
     )
     step_fn, prefix = run.sft_step, "sft"
   batch = _pack(demos, run.config)

@@ -6,7 +6,11 @@ from agentic_rl import envs, rewards
 from agentic_rl.envs import frozenlake
 from agentic_rl.models.tokenizer import build_env_tokenizer
 from agentic_rl.rollout import RolloutConfig, env_factory_from_options
-from agentic_rl.rollout.demos import NoExpertError, expert_trajectories
+from agentic_rl.rollout.demos import (
+  NoExpertError,
+  expert_trajectories,
+  has_expert,
+)
 
 
 @pytest.mark.parametrize(
@@ -65,6 +69,31 @@ def test_environment_without_expert_is_a_named_error():
   with pytest.raises(NoExpertError, match="NoExpert"):
     expert_trajectories(
       [task], lambda t: NoExpert(), tokenizer, RolloutConfig()
+    )
+
+
+def test_per_process_demos_of_one_process_are_the_whole_list():
+  # One process plays every part: the same demos as without per_process
+  # (tests/test_multiprocess.py splits them over two processes).
+  tokenizer = build_env_tokenizer()
+  config = RolloutConfig(max_turns=40)
+  factory = env_factory_from_options({"sokoban": {}})
+  env = envs.make("sokoban")
+  tasks = [env.generate_task(seed, 0) for seed in range(5)]
+  stack = rewards.from_config(rewards.default_config())
+  whole = expert_trajectories(tasks, factory, tokenizer, config, stack)
+  split = expert_trajectories(
+    tasks, factory, tokenizer, config, stack, per_process=True
+  )
+  assert [d.group_id for d in split] == list(range(5))
+  assert [d.to_dict() for d in split] == [d.to_dict() for d in whole]
+  assert all(stack.succeeded(d) for d in split)
+  assert expert_trajectories([], factory, tokenizer, config) == []
+  assert has_expert(env) and not has_expert(NoExpert())
+  # No expert: the named error before anything is played, as without it.
+  with pytest.raises(NoExpertError, match="NoExpert"):
+    expert_trajectories(
+      tasks, lambda t: NoExpert(), tokenizer, config, per_process=True
     )
 
 
