@@ -13,7 +13,12 @@ from agentic_rl.sampling.engine import (
   extend,
   prefill,
 )
-from agentic_rl.sampling.sampler import DecodeResult, Sampler, default_buckets
+from agentic_rl.sampling.sampler import (
+  DecodeResult,
+  Sampler,
+  StaleWeightsError,
+  default_buckets,
+)
 from agentic_rl.sampling.select import (
   filter_logits,
   sampling_logprobs,
@@ -25,6 +30,7 @@ __all__ = [
   "DecodeResult",
   "Sampler",
   "SamplerState",
+  "StaleWeightsError",
   "StopReason",
   "decode",
   "default_buckets",

@@ -100,6 +100,14 @@ class DecodeResult:
     return sum(len(t) for t in self.tokens)
 
 
+class StaleWeightsError(RuntimeError):
+  """The sampler's weights were freed before a device call: they shared
+  buffers with a training state that a jitted update has since donated
+  (placing weights on an equal sharding keeps their buffers). Load the new
+  weights with `update_params` first, as the training loop does before
+  every rollout and evaluation."""
+
+
 class Sampler:
   """Slots with per-row KV caches; prefill / extend / decode from the host.
 
@@ -226,6 +234,17 @@ class Sampler:
     # an equal graphdef splits into a state of the same tree structure
     self._params_leaves = jax.tree.leaves(self._place_params(params))
 
+  def _live_params(self) -> list[jax.Array]:
+    """The weight leaves for a device call; `StaleWeightsError` if any was
+    freed (a deleted array would fail deep in the call, naming no cause)."""
+    if any(x.is_deleted() for x in self._params_leaves):
+      raise StaleWeightsError(
+        "the sampler's weights were freed (donated to a training update "
+        "they shared buffers with); call update_params with the new model "
+        "before prefill, extend or decode"
+      )
+    return self._params_leaves
+
   @property
   def params(self) -> nnx.State:
     """The sampling weights (placed on the sampler's mesh, if any)."""
@@ -318,7 +337,7 @@ class Sampler:
     reset_S[rows] = True
     self.state = engine.prefill_jit(
       self._static_graph,
-      self._params_leaves,
+      self._live_params(),
       self.state,
       tokens_SxC,
       n_new_S,
@@ -337,7 +356,7 @@ class Sampler:
     tokens_SxC, n_new_S = self._chunk("extend", rows, tokens, self._lengths)
     self.state = engine.extend_jit(
       self._static_graph,
-      self._params_leaves,
+      self._live_params(),
       self.state,
       tokens_SxC,
       n_new_S,
@@ -413,7 +432,7 @@ class Sampler:
 
     self.state, out = engine.decode_jit(
       self._static_graph,
-      self._params_leaves,
+      self._live_params(),
       self.state,
       key,
       active_S,

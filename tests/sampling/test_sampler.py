@@ -10,7 +10,7 @@ from flax import nnx
 
 from agentic_rl import models
 from agentic_rl.models import ModelConfig
-from agentic_rl.sampling import Sampler, StopReason
+from agentic_rl.sampling import Sampler, StaleWeightsError, StopReason
 
 CONFIG = ModelConfig(
   vocab_size=128,
@@ -376,3 +376,37 @@ def test_update_params_switches_policy(model):
   got = transposed.decode(jax.random.key(0), budget=8, rows=[0])
   np.testing.assert_array_equal(got.tokens[0], expected.tokens[0])
   np.testing.assert_allclose(got.logprobs[0], expected.logprobs[0], atol=1e-5)
+
+
+def test_weights_freed_by_a_donating_update_are_a_named_error():
+  # The sampler keeps the buffers of weights it can use as they are, so a
+  # jitted update that donates them (as the train step does) frees its
+  # weights too; a device call then names the cause instead of failing on
+  # a deleted array, and update_params with the new weights recovers.
+  model = models.build(CONFIG, 3)
+  sampler = make_sampler(model)
+  sampler.prefill([0], [[1, 2, 3]])
+  params = nnx.state(model, nnx.Param)
+  ours = {x.unsafe_buffer_pointer() for x in jax.tree.leaves(sampler.params)}
+  theirs = {x.unsafe_buffer_pointer() for x in jax.tree.leaves(params)}
+  assert ours & theirs  # shared buffers: what donation frees
+  update = jax.jit(
+    lambda p: jax.tree.map(lambda x: x * 1.5, p), donate_argnums=0
+  )
+  nnx.update(model, update(params))
+  assert any(x.is_deleted() for x in jax.tree.leaves(sampler.params))
+  for call in (
+    lambda: sampler.prefill([0], [[1, 2, 3]]),
+    lambda: sampler.extend([0], [[4]]),
+    lambda: sampler.decode(jax.random.key(0), budget=4, rows=[0]),
+  ):
+    with pytest.raises(StaleWeightsError, match="call update_params"):
+      call()
+  assert sampler.lengths.tolist() == [3, 0, 0, 0]  # nothing half-done
+  sampler.update_params(model)
+  sampler.prefill([0], [[1, 2, 3]])
+  got = sampler.decode(jax.random.key(0), budget=4, rows=[0])
+  fresh = make_sampler(model)
+  fresh.prefill([0], [[1, 2, 3]])
+  want = fresh.decode(jax.random.key(0), budget=4, rows=[0])
+  np.testing.assert_array_equal(got.tokens[0], want.tokens[0])
