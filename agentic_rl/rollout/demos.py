@@ -127,48 +127,64 @@ def expert_trajectories(
   expert is a `NoExpertError` in every process before anything is played;
   any other failure in one process's part is a `DemoProcessError` in all.
   """
+  framing = (env_factory, tokenizer, config, reward_stack)
+  if not per_process:
+    return _replay(tasks, 0, len(tasks), *framing)
+  shd.check_same_across_processes(
+    [(t.id, t.family, t.seed) for t in tasks], "the expert demos' tasks"
+  )
   if not tasks:
     return []
-  if per_process:
-    shd.check_same_across_processes(
-      [(t.id, t.family, t.seed) for t in tasks], "the expert demos' tasks"
-    )
-    # Every process decides alike whether there is an expert (a collective
-    # before any process could raise alone and leave the others waiting).
-    try:
-      probe = env_factory(tasks[0])
-      name, expert, why = type(probe).__name__, has_expert(probe), None
-      probe.close()
-    except Exception as e:  # noqa: BLE001 - raised in every process below
-      name, expert, why = "", False, f"{type(e).__name__}: {e}"
-    shd.check_same_across_processes(
-      np.frombuffer(f"{name}{expert}{why}".encode(), np.uint8),
-      "whether the expert demos' environment has an expert",
-    )
-    if why is not None:
-      raise DemoProcessError(f"the expert demos' environment failed: {why}")
-    if not expert:
-      raise NoExpertError(f"environment {name} has no expert")
-    lo, hi = shd.process_part(
-      len(tasks), jax.process_index(), jax.process_count()
-    )
-  else:
-    lo, hi = 0, len(tasks)
+  _check_expert_everywhere(env_factory, tasks[0])
+  lo, hi = shd.process_part(
+    len(tasks), jax.process_index(), jax.process_count()
+  )
+  return shd.gather_parts(
+    lambda: _replay(tasks, lo, hi, *framing),
+    "the expert demos",
+    DemoProcessError,
+  )
 
-  def play_part() -> list[Trajectory]:
-    demos = []
-    for i in range(lo, hi):
-      traj = expert_trajectory(
-        tasks[i], env_factory(tasks[i]), tokenizer, config, i
-      )
-      demos.append(
-        traj if reward_stack is None else reward_stack.score_trajectory(traj)
-      )
-    return demos
 
-  if not per_process:
-    return play_part()
-  return shd.gather_parts(play_part, "the expert demos", DemoProcessError)
+def _replay(
+  tasks: Sequence[Task],
+  lo: int,
+  hi: int,
+  env_factory: EnvFactory,
+  tokenizer: EnvTokenizer,
+  config: RolloutConfig,
+  reward_stack: RewardStack | None,
+) -> list[Trajectory]:
+  """The scored expert demos of `tasks[lo:hi]` (group id = task index)."""
+  demos = []
+  for i in range(lo, hi):
+    traj = expert_trajectory(
+      tasks[i], env_factory(tasks[i]), tokenizer, config, i
+    )
+    demos.append(
+      traj if reward_stack is None else reward_stack.score_trajectory(traj)
+    )
+  return demos
+
+
+def _check_expert_everywhere(env_factory: EnvFactory, task: Task) -> None:
+  """Every process decides alike whether the environment has an expert (a
+  collective, before any process could raise alone and leave the others
+  waiting at the gather): `NoExpertError` or `DemoProcessError` in all."""
+  try:
+    probe = env_factory(task)
+    name, expert, why = type(probe).__name__, has_expert(probe), None
+    probe.close()
+  except Exception as e:  # noqa: BLE001 - raised in every process below
+    name, expert, why = "", False, f"{type(e).__name__}: {e}"
+  shd.check_same_across_processes(
+    np.frombuffer(f"{name}{expert}{why}".encode(), np.uint8),
+    "whether the expert demos' environment has an expert",
+  )
+  if why is not None:
+    raise DemoProcessError(f"the expert demos' environment failed: {why}")
+  if not expert:
+    raise NoExpertError(f"environment {name} has no expert")
 
 
 # ---------------------------------------------------------------------------
