@@ -82,7 +82,9 @@ experiments/sokoban_budget/same_machine/) gigpo_long_advnorm's lower
 final evaluation is gone (-0.4, levels 34 / 33): gigpo_long run again on
 another CPU splits the levels 38 / 23 against itself.
 gigpo_long_advnorm_ema holds GiGPO's divisor in 3.35-4.63 (per-step
-0.49-7.34 on seed 1) and learns as the other two (late +0.1 and -1.1).
+0.49-7.34 on seed 1) and learns as the other two (late +0.1 and -1.1);
+over seeds 0-3 on one machine it is ahead of gigpo_long at step 90 (+4.5
+[1.7, 7.2]) but level on the late mean (0.0 [-4.2, 4.3]).
 There (seeds 0-2) gigpo_long leads grpo_long late on every seed (+1.7
 [-1.7, 5.1], sign-test p 0.25) but not in the final evaluation (+1.6
 [-14.3, 17.4], levels 36 / 42).
