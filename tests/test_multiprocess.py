@@ -279,23 +279,21 @@ def test_two_process_run_matches_one_process_on_the_same_mesh(tmp_path):
   assert taught["kept"] == len(kept) and taught["samples"] == 2 * len(kept)
 
 
-@pytest.mark.slow
-def test_bench_weight_sync_moves_the_same_arrays_both_ways(tmp_path):
-  out = tmp_path / "weight_sync.json"
+def _bench_rows(tmp_path, name: str, *flags: str) -> list[dict]:
+  """The rows `scripts/bench.py NAME FLAGS` writes."""
+  out = tmp_path / f"{name}.json"
   subprocess.run(
-    [
-      sys.executable,
-      "scripts/bench.py",
-      "weight_sync",
-      "--presets=tiny",
-      "--reps=1",
-      f"--out={out}",
-    ],
+    [sys.executable, "scripts/bench.py", name, *flags, f"--out={out}"],
     cwd=REPO,
     check=True,
     timeout=900,
   )
-  rows = json.loads(out.read_text())["rows"]
+  return json.loads(out.read_text())["rows"]
+
+
+@pytest.mark.slow
+def test_bench_weight_sync_moves_the_same_arrays_both_ways(tmp_path):
+  rows = _bench_rows(tmp_path, "weight_sync", "--presets=tiny", "--reps=1")
   assert [(r["mesh"], r["split_across_processes"]) for r in rows] == [
     ("2,1,4", False),
     ("1,2,4", True),
@@ -307,22 +305,13 @@ def test_bench_weight_sync_moves_the_same_arrays_both_ways(tmp_path):
 
 @pytest.mark.slow
 def test_bench_demos_splits_the_replays_and_keeps_the_demos(tmp_path):
-  out = tmp_path / "demos.json"
-  subprocess.run(
-    [
-      sys.executable,
-      "scripts/bench.py",
-      "demos",
-      "--configs",
-      "configs/code_repair.py:gigpo,smoke",
-      "--reps=1",
-      f"--out={out}",
-    ],
-    cwd=REPO,
-    check=True,
-    timeout=900,
+  rows = _bench_rows(
+    tmp_path,
+    "demos",
+    "--configs",
+    "configs/code_repair.py:gigpo,smoke",
+    "--reps=1",
   )
-  rows = json.loads(out.read_text())["rows"]
   # One process, then two: the same 8 demos (digest), the expert solving
   # each, and the speed-up measured against the one-process row.
   assert [(r["processes"], r["process"]) for r in rows] == [(1, 0), (2, 0)]

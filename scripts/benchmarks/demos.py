@@ -104,7 +104,8 @@ def main(argv: list[str]) -> None:
   if args.worker:
     worker(args)
     return
-  from agentic_rl import machine, sweeps
+  from agentic_rl import machine
+  from benchmarks import _local
 
   rows = []
   for spec in args.configs:
@@ -118,20 +119,10 @@ def main(argv: list[str]) -> None:
         f"--config={spec}",
         f"--reps={args.reps}",
       ]
-      outs = sweeps.launch_local_processes(
-        argv, n, devices_each=1, cwd=ROOT, timeout=args.timeout
+      each = _local.worker_lines(
+        argv, n, devices_each=1, timeout=args.timeout, what=f"{n} ({spec})"
       )
-      for i, (code, _, err) in enumerate(outs):
-        if code != 0:
-          raise SystemExit(
-            f"process {i} of {n} ({spec}) failed:\n{err[-3000:]}"
-          )
-      lines = [
-        json.loads(x)
-        for _, out, _ in outs
-        for x in out.splitlines()
-        if x[:1] == "{"
-      ]
+      lines = [line for lines in each for line in lines]
       found.append((lines[0], {x["digest"] for x in lines}))
     one = found[0][0]["seconds"]
     digests = set().union(*(d for _, d in found))
@@ -150,7 +141,4 @@ def main(argv: list[str]) -> None:
     "rows": rows,
     "machine": machine.describe(probe=False),
   }
-  out = pathlib.Path(args.out)
-  out.parent.mkdir(parents=True, exist_ok=True)
-  out.write_text(json.dumps(report, indent=2))
-  print(f"wrote {out}")
+  _local.write_report(args.out, report)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import pathlib
 import statistics
 import subprocess
@@ -169,6 +168,7 @@ def main(argv: list[str]) -> None:
     raise SystemExit(f"--arms: choose from {ARMS}")
   sys.path.insert(0, str(ROOT))
   from agentic_rl import machine
+  from benchmarks import _local
 
   rows = []
   with tempfile.TemporaryDirectory(prefix="bench_multiprocess_") as tmp:
@@ -187,7 +187,4 @@ def main(argv: list[str]) -> None:
     "rows": rows,
     "machine": machine.describe(probe=False),
   }
-  out = pathlib.Path(args.out)
-  out.parent.mkdir(parents=True, exist_ok=True)
-  out.write_text(json.dumps(report, indent=2))
-  print(f"wrote {out}")
+  _local.write_report(args.out, report)

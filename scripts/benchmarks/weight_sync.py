@@ -153,7 +153,8 @@ def main(argv: list[str]) -> None:
   if args.worker:
     worker(args)
     return
-  from agentic_rl import machine, sweeps
+  from agentic_rl import machine
+  from benchmarks import _local
 
   # Mesh shapes travel as 2x1x4 (commas separate the meshes).
   meshes = ",".join(m.replace(",", "x") for m in args.meshes.split(";"))
@@ -169,13 +170,9 @@ def main(argv: list[str]) -> None:
       f"--meshes={meshes}",
       f"--reps={args.reps}",
     ]
-    outs = sweeps.launch_local_processes(
-      argv, 2, devices_each=args.devices_each, cwd=ROOT, timeout=args.timeout
-    )
-    for i, (code, _, err) in enumerate(outs):
-      if code != 0:
-        raise SystemExit(f"process {i} of {preset} failed:\n{err[-3000:]}")
-    lines = [json.loads(x) for x in outs[0][1].splitlines() if x[:1] == "{"]
+    lines = _local.worker_lines(
+      argv, 2, devices_each=args.devices_each, timeout=args.timeout, what=preset
+    )[0]  # process 0's
     rows.extend(lines)
     print_table(lines)
   print()
@@ -188,7 +185,4 @@ def main(argv: list[str]) -> None:
     "rows": rows,
     "machine": machine.describe(probe=False),
   }
-  out = pathlib.Path(args.out)
-  out.parent.mkdir(parents=True, exist_ok=True)
-  out.write_text(json.dumps(report, indent=2))
-  print(f"wrote {out}")
+  _local.write_report(args.out, report)
