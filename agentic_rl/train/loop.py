@@ -189,6 +189,53 @@ def task_pool(config) -> TaskPool:
   return TaskPool.from_envs(spec)
 
 
+class ConfigSizeError(ValueError):
+  """A count or size in the config that no run can take: a negative number
+  of steps, an empty batch, an evaluation every 0 steps."""
+
+
+# (field, least value) of every count and size the loop reads; the offline
+# stage's only when it runs (offline.dpo_steps > 0).
+CONFIG_SIZES = (
+  ("sft.steps", 0),
+  ("sft.batch_size", 1),
+  ("sft.num_demos", 1),
+  ("rl.steps", 0),
+  ("rl.tasks_per_step", 1),
+  ("rl.epochs", 1),
+  ("rl.minibatch_size", 1),
+  ("rl.num_microbatches", 1),
+  ("offline.dpo_steps", 0),
+  ("offline.num_tasks", 1),
+  ("offline.samples_per_task", 2),  # a pair needs two samples of a task
+  ("offline.batch_size", 1),
+  ("eval_every", 1),
+  ("checkpoint_every", 1),
+  ("checkpoint_keep", 1),
+)
+
+
+def check_sizes(config) -> None:
+  """`ConfigSizeError` naming the first field of `CONFIG_SIZES` that is not
+  an int at least its least value (fields the config lacks are skipped).
+  `setup` calls it first: a bad count fails before any work, not steps
+  later (eval_every=0) or never (rl.steps=-3 ran no RL and said nothing)."""
+  dpo = _section(config, "offline").get("dpo_steps", 0)
+  offline = isinstance(dpo, int) and dpo > 0
+  for field, least in CONFIG_SIZES:
+    section, _, name = field.rpartition(".")
+    if section == "offline" and name != "dpo_steps" and not offline:
+      continue
+    where = _section(config, section) if section else config
+    if name not in where:
+      continue
+    value = where[name]
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+      raise ConfigSizeError(
+        f"config.{field}={value!r}: must be an int >= {least}"
+      )
+
+
 def setup(config, workdir: str, record: bool = True) -> Run:
   """Builds every component and restores the latest checkpoint, if any.
 
@@ -196,6 +243,7 @@ def setup(config, workdir: str, record: bool = True) -> Run:
   record (`record_machine`, which measures `machine.numerics_probe`: 15-30
   s on a 2-core CPU); a scratch run, which trains nothing, skips it.
   """
+  check_sizes(config)
   workdir = pathlib.Path(workdir)
   workdir.mkdir(parents=True, exist_ok=True)
   primary = shd.is_primary()  # the one writer of the run's files

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Callable, Collection
 from typing import Any, Literal
 
@@ -64,10 +65,21 @@ class OptimizerConfig:
   max_grad_norm: float | None = 1.0
 
   def __post_init__(self):
-    if self.learning_rate < 0:
+    # `not x >= 0` rather than `x < 0`: NaN fails every comparison.
+    if not self.learning_rate >= 0 or math.isinf(self.learning_rate):
       raise StateConfigError(
-        f"learning_rate must be >= 0: {self.learning_rate}"
+        f"learning_rate must be finite and >= 0: {self.learning_rate}"
       )
+    if not self.weight_decay >= 0 or math.isinf(self.weight_decay):
+      raise StateConfigError(
+        f"weight_decay must be finite and >= 0: {self.weight_decay}"
+      )
+    if not (0 <= self.b1 < 1 and 0 <= self.b2 < 1):
+      raise StateConfigError(
+        f"b1 and b2 must be in [0, 1): {self.b1}, {self.b2}"
+      )
+    if not self.eps > 0 or math.isinf(self.eps):
+      raise StateConfigError(f"eps must be finite and > 0: {self.eps}")
     if self.schedule not in ("constant", "cosine"):
       raise StateConfigError(
         f"schedule must be 'constant' or 'cosine': {self.schedule!r}"
@@ -79,7 +91,7 @@ class OptimizerConfig:
         f"cosine needs total_steps ({self.total_steps}) > warmup_steps "
         f"({self.warmup_steps})"
       )
-    if self.max_grad_norm is not None and self.max_grad_norm <= 0:
+    if self.max_grad_norm is not None and not self.max_grad_norm > 0:
       raise StateConfigError(
         f"max_grad_norm must be > 0 or None: {self.max_grad_norm}"
       )

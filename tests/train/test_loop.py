@@ -9,6 +9,7 @@ import sys
 import types
 
 import jax
+import ml_collections
 import numpy as np
 import pytest
 from tensorboard.backend.event_processing import event_accumulator
@@ -962,6 +963,45 @@ def test_dynamic_sampling_plays_rounds_until_groups_differ(tmp_path):
   assert thrice_random["dynamic/rounds"] == 3.0
   assert thrice_random["episodes"] == 3 * n
   assert np.isfinite(thrice_random["loss"])
+
+
+@pytest.mark.parametrize(
+  "field, value",
+  [
+    ("rl.steps", -3),  # before: no RL and no word of it
+    ("sft.batch_size", 0),  # before: ZeroDivisionError after the demos
+    ("eval_every", 0),  # before: ZeroDivisionError at the first RL step
+    ("rl.epochs", 0),
+    ("rl.num_microbatches", 0),
+    ("checkpoint_keep", 0),
+  ],
+)
+def test_bad_sizes_are_named_errors_before_any_work(field, value, tmp_path):
+  config = _config(2)
+  section, _, name = field.rpartition(".")
+  (config[section] if section else config)[name] = value
+  with pytest.raises(loop.ConfigSizeError, match=rf"config\.{field}={value}"):
+    loop.setup(config, str(tmp_path / "run"), record=False)
+  assert not (tmp_path / "run").exists()  # nothing written
+
+
+def test_check_sizes_reads_ints_and_the_offline_stage_only_when_it_runs():
+  loop.check_sizes(_config(2))  # every shipped field as it is
+  raw = _config(2).to_dict()
+  raw["rl"]["steps"] = 2.0  # a config read from JSON: a float is no count
+  with pytest.raises(loop.ConfigSizeError, match="rl.steps=2.0"):
+    loop.check_sizes(ml_collections.ConfigDict(raw))
+  raw["rl"]["steps"] = True
+  with pytest.raises(loop.ConfigSizeError, match="rl.steps=True"):
+    loop.check_sizes(ml_collections.ConfigDict(raw))
+  config = _config(2)
+  config.offline.samples_per_task = 1  # unread while offline is off
+  loop.check_sizes(config)
+  config.offline.dpo_steps = 2
+  with pytest.raises(loop.ConfigSizeError, match="samples_per_task=1"):
+    loop.check_sizes(config)
+  del config["offline"]  # a config without the section
+  loop.check_sizes(config)
 
 
 def test_evaluate_checkpoints_repeats_the_runs_evaluation_per_difficulty(

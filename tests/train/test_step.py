@@ -73,6 +73,15 @@ def test_schedule_goldens():
     ({"schedule": "cosine", "total_steps": 0}, "total_steps"),
     ({"max_grad_norm": 0.0}, "max_grad_norm"),
     ({"warmup_steps": -1}, "warmup"),
+    # NaN passes every `x < 0` test: each is refused by name.
+    ({"learning_rate": float("nan")}, "learning_rate"),
+    ({"learning_rate": float("inf")}, "learning_rate"),
+    ({"learning_rate": -1e-4}, "learning_rate"),
+    ({"max_grad_norm": float("nan")}, "max_grad_norm"),
+    ({"weight_decay": float("nan")}, "weight_decay"),
+    ({"b2": 1.0}, "b1 and b2"),
+    ({"b1": float("nan")}, "b1 and b2"),
+    ({"eps": 0.0}, "eps"),
   ],
 )
 def test_optimizer_config_errors(kwargs, match):
