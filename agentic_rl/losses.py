@@ -18,6 +18,8 @@ better".
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 from collections.abc import Callable
 from typing import Literal
 
@@ -357,6 +359,17 @@ class PolicyLossConfig:
   teacher_beta: float = 0.5
 
   def __post_init__(self):
+    for name in (
+      "clip_low", "clip_high", "clip_c", "kl_coef", "entropy_coef", "pg_coef",
+      "teacher_coef", "teacher_temperature", "teacher_beta",
+    ):  # fmt: skip
+      value = getattr(self, name)
+      if name == "clip_c" and value is None:
+        continue  # no dual clip
+      # clip_high = inf is a one-sided clip; NaN or inf elsewhere poisons
+      # every loss (a NaN compares False with every bound below).
+      if not _is_number(value, allow_inf=name == "clip_high"):
+        raise LossConfigError(f"{name} must be a real number, got {value!r}")
     if self.pg_coef < 0.0 or self.teacher_coef < 0.0:
       raise LossConfigError(
         f"pg_coef ({self.pg_coef}) and teacher_coef ({self.teacher_coef}) "
@@ -724,19 +737,29 @@ def dpo_loss(
 # Distillation: token-level divergence from a teacher's distributions.
 
 
+def _is_number(value, allow_inf: bool = False) -> bool:
+  """A real number (not a bool), finite unless `allow_inf`; never NaN."""
+  if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    return False
+  return not math.isnan(value) and (allow_inf or math.isfinite(value))
+
+
 def check_divergence(kind: str, temperature: float, beta: float) -> None:
   """Raises `LossConfigError` for settings `token_divergence` rejects."""
   if kind not in DIVERGENCES:
     raise LossConfigError(f"unknown divergence {kind!r}; one of {DIVERGENCES}")
-  if temperature <= 0:
-    raise LossConfigError(f"temperature must be > 0, got {temperature}")
-  if kind == "jsd" and not 0.0 < beta < 1.0:
+  if not _is_number(temperature) or temperature <= 0:
+    raise LossConfigError(
+      f"temperature must be a finite number > 0, got {temperature}"
+    )
+  if kind == "jsd" and not (_is_number(beta) and 0.0 < beta < 1.0):
     raise LossConfigError(f"jsd beta must be in (0, 1), got {beta}")
 
 
 def check_distill_coefs(kd_coef: float, sft_coef: float) -> None:
-  """Raises `LossConfigError` unless both are >= 0 and not both 0."""
-  if kd_coef < 0 or sft_coef < 0 or kd_coef + sft_coef <= 0:
+  """Raises `LossConfigError` unless both are finite, >= 0 and not both 0."""
+  finite = _is_number(kd_coef) and _is_number(sft_coef)
+  if not finite or kd_coef < 0 or sft_coef < 0 or kd_coef + sft_coef <= 0:
     raise LossConfigError(
       f"kd_coef ({kd_coef}) and sft_coef ({sft_coef}) must be >= 0 and not "
       "both 0"

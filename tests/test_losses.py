@@ -508,11 +508,40 @@ def test_policy_loss_jit_matches_eager():
     ({"teacher_divergence": "kl"}, "divergence"),
     ({"teacher_temperature": 0.0}, "temperature"),
     ({"ratio_level": "episode"}, "ratio_level"),
+    # NaN compares False with every bound, so each needs its own refusal.
+    ({"kl_coef": float("nan")}, "kl_coef"),
+    ({"entropy_coef": float("nan")}, "entropy_coef"),
+    ({"entropy_coef": float("inf")}, "entropy_coef"),
+    ({"clip_high": float("nan")}, "clip_high"),
+    ({"clip_low": float("nan")}, "clip_low"),
+    ({"clip_c": float("nan")}, "clip_c"),
+    ({"teacher_coef": float("inf")}, "teacher_coef"),
+    ({"teacher_temperature": float("nan")}, "teacher_temperature"),
+    ({"teacher_divergence": "jsd", "teacher_beta": float("nan")}, "beta"),
+    ({"kl_coef": True}, "kl_coef"),
   ],
 )
 def test_bad_config(kwargs, match):
   with pytest.raises(losses.LossConfigError, match=match):
     PolicyLossConfig(**kwargs)
+
+
+def test_one_sided_clip_is_allowed():
+  """clip_high = inf is a real setting (no upper clip), unlike NaN."""
+  logp = jnp.log(jnp.array([[3.0, 0.5]]))  # ratios 3 and 0.5 against old 0
+  old, adv, mask = jnp.zeros((1, 2)), jnp.ones((1, 2)), jnp.ones((1, 2))
+  # A = 1: max(-r, -clip(r, 0.8, 1 + clip_high)) is -0.5 for r = 0.5 and,
+  # for r = 3, -1.2 under the default clip but -3 with no upper clip.
+  for clip_high, want in ((0.2, (-1.2 - 0.5) / 2), (float("inf"), -1.75)):
+    cfg = PolicyLossConfig(clip_high=clip_high)
+    loss, _ = losses.policy_loss(logp, old, adv, mask, cfg)
+    np.testing.assert_allclose(float(loss), want, rtol=1e-6)
+
+
+def test_distill_coefs_refuse_nan():
+  with pytest.raises(losses.LossConfigError, match="kd_coef"):
+    losses.check_distill_coefs(float("nan"), 1.0)
+  losses.check_distill_coefs(0.0, 1.0)  # SFT alone is fine
 
 
 def test_policy_loss_missing_inputs_and_shapes():

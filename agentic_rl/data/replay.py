@@ -45,7 +45,9 @@ class ReplayBuffer:
       raise ValueError(f"capacity must be positive, got {capacity}")
     if mode not in MODES:
       raise ValueError(f"unknown replay mode {mode!r}; expected one of {MODES}")
-    if alpha < 0 or eps <= 0:
+    if (
+      not (math.isfinite(alpha) and math.isfinite(eps)) or alpha < 0 or eps <= 0
+    ):
       raise ValueError(f"need alpha >= 0 and eps > 0, got {alpha}, {eps}")
     if half_life is not None and half_life <= 0:
       raise ValueError(f"half_life must be positive, got {half_life}")

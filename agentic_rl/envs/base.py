@@ -120,6 +120,13 @@ BUILTIN = (
 )
 
 
+def check_budget(name: str, value: Any) -> None:
+  """Raises a ValueError naming the option unless `value` is an int >= 1
+  (a step or action budget: 0 would end every episode at its first move)."""
+  if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+
+
 def make(name: str, **options: Any) -> Environment:
   """Builds a registered environment by name.
 

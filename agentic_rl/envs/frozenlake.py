@@ -27,7 +27,13 @@ from typing import Any
 
 import numpy as np
 
-from agentic_rl.envs.base import Environment, StepResult, episode_over, register
+from agentic_rl.envs.base import (
+  Environment,
+  StepResult,
+  check_budget,
+  episode_over,
+  register,
+)
 from agentic_rl.envs.sokoban import parse_moves
 from agentic_rl.types import FailureCode, Task
 
@@ -188,6 +194,8 @@ class FrozenLake(Environment):
     instructions: bool = True,
   ):
     self.slippery = slippery
+    check_budget("max_steps", max_steps)
+    check_budget("max_actions_per_turn", max_actions_per_turn)
     self.max_steps = max_steps
     self.max_actions_per_turn = max_actions_per_turn
     self.instructions = instructions

@@ -42,7 +42,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-from agentic_rl.envs.base import Environment, StepResult, episode_over, register
+from agentic_rl.envs.base import (
+  Environment,
+  StepResult,
+  check_budget,
+  episode_over,
+  register,
+)
 from agentic_rl.envs.parsing import parse_tags
 from agentic_rl.types import ActionKind, FailureCode, Task
 
@@ -466,6 +472,8 @@ class Sokoban(Environment):
     solve_reward: float = 10.0,
     instructions: bool = True,
   ):
+    check_budget("max_steps", max_steps)
+    check_budget("max_actions_per_turn", max_actions_per_turn)
     self.max_steps = max_steps
     self.max_actions_per_turn = max_actions_per_turn
     self.step_penalty = step_penalty

@@ -30,6 +30,8 @@ from agentic_rl.estimators.outcome import (
   rloo,
 )
 from agentic_rl.estimators.registry import (
+  EstimatorConfigError,
+  check_estimator,
   from_config,
   get,
   names,
@@ -54,10 +56,12 @@ from agentic_rl.estimators.turn import (
 __all__ = [
   "SCALES",
   "CriticEstimate",
+  "EstimatorConfigError",
   "RunningScale",
   "batch_divisor",
   "batch_statistic",
   "check_decay",
+  "check_estimator",
   "check_scale",
   "critic_gae",
   "discounted_returns",

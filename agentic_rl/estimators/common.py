@@ -6,6 +6,8 @@ they run in-graph on any mesh without sorting or host round-trips.
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Sequence
 
 import jax
@@ -138,3 +140,21 @@ def check_ids(name: str, ids, upper: int) -> None:
 def check_choice(name: str, value: str, choices: Sequence[str]) -> None:
   if value not in choices:
     raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
+
+
+def check_number(
+  name: str, value, low: float = -math.inf, high: float = math.inf
+) -> None:
+  """Raises a ValueError naming `name` unless `value` is a finite real number
+  in [low, high] (a bool is not a number here; NaN is never in range).
+
+  Estimator hyperparameters are static arguments of jitted functions, so a
+  bad one is caught here, in Python, instead of turning every advantage of
+  every step into NaN.
+  """
+  real = isinstance(value, numbers.Real) and not isinstance(value, bool)
+  if not real or not math.isfinite(value) or not low <= value <= high:
+    bounds = (
+      "" if (low, high) == (-math.inf, math.inf) else f" in [{low}, {high}]"
+    )
+    raise ValueError(f"{name} must be a finite number{bounds}, got {value!r}")

@@ -30,6 +30,8 @@ def gae(
   shape = reward_BxL.shape
   common.check_array("value_BxL", value_BxL, shape, "float")
   common.check_array("mask_BxL", mask_BxL, shape, "float")
+  common.check_number("gamma", gamma, 0.0, 1.0)
+  common.check_number("lam", lam, 0.0, 1.0)
   return _gae(reward_BxL, value_BxL, mask_BxL, gamma, lam)
 
 

@@ -49,6 +49,7 @@ def grpo(
   """
   _check(outcome_B, group_id_B, traj_mask_B)
   common.check_choice("singleton", singleton, common.SINGLETON_MODES)
+  common.check_number("eps", eps, 0.0)
   return _grpo(
     outcome_B, group_id_B, traj_mask_B, normalize_std, eps, singleton
   )
@@ -110,6 +111,7 @@ def reinforce_pp_baseline(
   long trajectories do not dominate the batch statistics.
   """
   _check(outcome_B, group_id_B, traj_mask_B)
+  common.check_number("eps", eps, 0.0)
   return _reinforce_pp(outcome_B, group_id_B, traj_mask_B, eps)
 
 
@@ -151,6 +153,7 @@ def raft(
   """
   _check(score_B, group_id_B, traj_mask_B)
   common.check_choice("keep", keep, RAFT_KEEP)
+  common.check_number("threshold", threshold)
   return _raft(score_B, group_id_B, traj_mask_B, keep, threshold)
 
 

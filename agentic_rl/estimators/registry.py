@@ -9,6 +9,11 @@ loop runs a critic for it. Register a new one in a notebook with
   @estimators.register("my_estimator")
   def my_estimator(batch, *, scale=1.0):
     return scale * batch.turn_reward_BxT * batch.turn_mask_BxT
+
+`from_config` tries the configured estimator on a four-row batch
+(`probe_batch`) before handing it over, so a misspelt hparam, a bad mode
+or a NaN discount is an `EstimatorConfigError` when the config is read,
+not at the first RL step after the cold start.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 
 from agentic_rl.estimators import common, critic, outcome, turn
 from agentic_rl.types import TrajectoryBatch
@@ -66,18 +73,74 @@ def names() -> list[str]:
   return sorted(_REGISTRY)
 
 
+class EstimatorConfigError(ValueError):
+  """An estimator config the estimator refuses, or that makes it non-finite."""
+
+
 def from_config(config: Any) -> Callable[[TrajectoryBatch], jax.Array]:
   """`config.name` picks the estimator; every other field is a hparam.
 
-  Works with an ml_collections ConfigDict or a plain dict.
+  Works with an ml_collections ConfigDict or a plain dict. The estimator is
+  tried once on `probe_batch()` (see `check_estimator`).
   """
   cfg = dict(config.to_dict() if hasattr(config, "to_dict") else config)
   if "name" not in cfg:
     raise ValueError(
       f"estimator config needs a 'name' field; registered: {sorted(_REGISTRY)}"
     )
-  fn = get(cfg.pop("name"))
-  return functools.partial(fn, **cfg)
+  name = cfg.pop("name")
+  estimator = functools.partial(get(name), **cfg)
+  check_estimator(name, estimator, cfg)
+  return estimator
+
+
+def probe_batch() -> TrajectoryBatch:
+  """Four rows in two groups of two, two turns of three tokens (an
+  observation token, two action tokens); the last row ended after one turn.
+  Every field an estimator may read is set, with finite values."""
+  turn_id_BxL = np.array(
+    [[0, 0, 0, 1, 1, 1]] * 3 + [[0, 0, 0, -1, -1, -1]], np.int32
+  )
+  turn_mask_BxT = np.array([[1, 1], [1, 1], [1, 1], [1, 0]], np.float32)
+  return TrajectoryBatch(
+    tokens_BxL=jnp.zeros(turn_id_BxL.shape, jnp.int32),
+    loss_mask_BxL=jnp.asarray(
+      (turn_id_BxL >= 0) & (np.arange(6) % 3 != 0), jnp.float32
+    ),
+    turn_id_BxL=jnp.asarray(turn_id_BxL),
+    behaviour_logp_BxL=jnp.full(turn_id_BxL.shape, -1.0, jnp.float32),
+    turn_reward_BxT=jnp.asarray(
+      [[0.0, 1.0], [0.0, -0.5], [0.5, 0.0], [1.0, 0.0]], jnp.float32
+    ),
+    turn_mask_BxT=jnp.asarray(turn_mask_BxT),
+    # Each group's first turns share a state; the rest are their own.
+    anchor_id_BxT=jnp.asarray([[0, 1], [0, 2], [3, 4], [3, 5]], jnp.int32),
+    process_score_BxT=jnp.asarray(0.5 * turn_mask_BxT),
+    group_id_B=jnp.asarray([0, 0, 1, 1], jnp.int32),
+    outcome_B=jnp.asarray([1.0, 0.0, 0.0, 1.0], jnp.float32),
+  )
+
+
+def check_estimator(
+  name: str, estimator: Callable[..., Any], hparams: dict[str, Any]
+) -> None:
+  """Runs `estimator` (with its hparams bound) on `probe_batch()`; raises
+  `EstimatorConfigError` naming the estimator and its hparams if it refuses
+  them (an unknown keyword, a bad choice, an out-of-range number) or returns
+  anything non-finite. An estimator that uses values gets a zero critic."""
+  batch = probe_batch()
+  args = (batch,)
+  if name in _USES_VALUES:
+    args = (batch, jnp.zeros(batch.tokens_BxL.shape, jnp.float32))
+  what = f"estimator {name!r} with hparams {hparams}"
+  try:
+    out = estimator(*args)
+  except (TypeError, ValueError) as e:
+    raise EstimatorConfigError(f"{what}: {e}") from e
+  if not all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(out)):
+    raise EstimatorConfigError(
+      f"{what}: non-finite advantages on a finite four-row probe batch"
+    )
 
 
 def _per_turn(adv_B: jax.Array, batch: TrajectoryBatch) -> jax.Array:

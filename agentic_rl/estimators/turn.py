@@ -42,6 +42,7 @@ def discounted_returns(
 ) -> jax.Array:
   """G_t = r_t + gamma * G_{t+1} over real turns (reverse `lax.scan`)."""
   _check_turns(turn_reward_BxT, turn_mask_BxT)
+  common.check_number("gamma", gamma, 0.0, 1.0)
   return _discounted_returns(turn_reward_BxT, turn_mask_BxT, gamma)
 
 
@@ -136,6 +137,9 @@ def gigpo(
   common.check_choice("mode", mode, GIGPO_MODES)
   common.check_choice("episode_stats", episode_stats, EPISODE_STATS)
   common.check_choice("singleton", singleton, common.SINGLETON_MODES)
+  common.check_number("gamma", gamma, 0.0, 1.0)
+  common.check_number("omega", omega)
+  common.check_number("eps", eps, 0.0)
   return _gigpo(
     turn_reward_BxT,
     turn_mask_BxT,
@@ -213,6 +217,8 @@ def turn_discounted(
   _check_groups(group_id_B, b)
   common.check_choice("baseline", baseline, BASELINES)
   common.check_choice("singleton", singleton, common.SINGLETON_MODES)
+  common.check_number("gamma", gamma, 0.0, 1.0)
+  common.check_number("eps", eps, 0.0)
   return _turn_discounted(
     turn_reward_BxT,
     turn_mask_BxT,
@@ -294,6 +300,8 @@ def prm_weighted(
   common.check_array("outcome_B", outcome_B, (b,), "float")
   _check_groups(group_id_B, b)
   common.check_choice("mode", mode, PRM_MODES)
+  common.check_number("beta", beta)
+  common.check_number("eps", eps, 0.0)
   return _prm_weighted(
     outcome_B,
     group_id_B,

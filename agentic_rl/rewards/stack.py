@@ -119,6 +119,8 @@ class RewardStack:
 
   def __post_init__(self):
     process_lib.check_signal_names(self.process_signals)
+    # NaN would make `succeeded` false for every trajectory, silently.
+    _check_finite("success_threshold", self.success_threshold)
     for name, value in self._weights().items():
       _check_finite(f"weight {name}", value)
 

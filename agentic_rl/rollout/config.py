@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -73,9 +74,10 @@ class RolloutConfig:
         raise ValueError(
           f"RolloutConfig.{name} must be a positive int: {value}"
         )
-    if self.temperature < 0:
+    if not math.isfinite(self.temperature) or self.temperature < 0:
       raise ValueError(
-        f"RolloutConfig.temperature must be >= 0: {self.temperature}"
+        f"RolloutConfig.temperature must be a finite number >= 0: "
+        f"{self.temperature}"
       )
     if not 0 < self.top_p <= 1:
       raise ValueError(f"RolloutConfig.top_p must be in (0, 1]: {self.top_p}")

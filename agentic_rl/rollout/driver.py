@@ -80,6 +80,9 @@ def make_samplers(
   micro-batch's rows (a decode on a subset of one sampler's rows still runs
   every slot), which is what makes pipelining pay off.
   """
+  count = isinstance(num_samplers, int) and not isinstance(num_samplers, bool)
+  if not count or num_samplers < 1:
+    raise ValueError(f"num_samplers must be an int >= 1: {num_samplers!r}")
   if num_slots % num_samplers:
     raise ValueError(
       f"num_slots ({num_slots}) must divide by num_samplers ({num_samplers})"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from typing import Any
 
 import flax.struct
@@ -57,14 +58,18 @@ class CriticConfig:
   warmup_steps: int = 0
 
   def __post_init__(self):
-    if self.value_clip < 0:
-      raise CriticConfigError(f"value_clip must be >= 0: {self.value_clip}")
-    if not self.value_scale > 0:
-      raise CriticConfigError(f"value_scale must be > 0: {self.value_scale}")
-    if self.warmup_steps < 0:
-      raise CriticConfigError(f"warmup_steps must be >= 0: {self.warmup_steps}")
-    if self.epochs < 0:
-      raise CriticConfigError(f"epochs must be >= 0: {self.epochs}")
+    if not (math.isfinite(self.value_clip) and self.value_clip >= 0):
+      raise CriticConfigError(
+        f"value_clip must be a finite number >= 0: {self.value_clip}"
+      )
+    if not (math.isfinite(self.value_scale) and self.value_scale > 0):
+      raise CriticConfigError(
+        f"value_scale must be a finite number > 0: {self.value_scale}"
+      )
+    for name in ("warmup_steps", "epochs"):
+      value = getattr(self, name)
+      if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise CriticConfigError(f"{name} must be an int >= 0: {value!r}")
 
   @classmethod
   def from_dict(cls, d: Any) -> CriticConfig:

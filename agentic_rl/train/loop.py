@@ -230,10 +230,48 @@ def check_sizes(config) -> None:
     if name not in where:
       continue
     value = where[name]
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+    if not _is_count(value, least):
       raise ConfigSizeError(
         f"config.{field}={value!r}: must be an int >= {least}"
       )
+  check_context_sizes(config)
+
+
+def _is_count(value, least: int) -> bool:
+  return (
+    isinstance(value, int) and not isinstance(value, bool) and value >= least
+  )
+
+
+def check_context_sizes(config) -> None:
+  """`ConfigSizeError` unless the length buckets hold the longest trajectory
+  the rollout can make (min of `rollout.max_total_tokens` and the sampler's
+  cache, `sampler.max_len`: packing fails on a longer one, hours in when
+  only rare episodes grow that long) and the held-out split has a task
+  (an evaluation of none divides by zero after the cold start)."""
+  buckets = list(config.get("length_buckets") or ())
+  if not buckets or not all(_is_count(b, 1) for b in buckets):
+    raise ConfigSizeError(
+      f"config.length_buckets={buckets!r}: must be a non-empty list of "
+      "ints >= 1"
+    )
+  context = config.rollout.get(
+    "max_total_tokens", RolloutConfig.max_total_tokens
+  )
+  longest = min(context, config.sampler.max_len)
+  if max(buckets) < longest:
+    raise ConfigSizeError(
+      f"config.length_buckets={buckets!r}: the largest is shorter than a "
+      f"trajectory may grow ({longest} tokens: the least of "
+      f"rollout.max_total_tokens={context} and sampler.max_len="
+      f"{config.sampler.max_len})"
+    )
+  held_out = [c for c in config.tasks.eval_counts if _is_count(c, 0)]
+  if not sum(held_out):
+    raise ConfigSizeError(
+      f"config.tasks.eval_counts={list(config.tasks.eval_counts)!r}: the "
+      "held-out split would hold no task to evaluate"
+    )
 
 
 def setup(config, workdir: str, record: bool = True) -> Run:
@@ -260,6 +298,7 @@ def setup(config, workdir: str, record: bool = True) -> Run:
       "sft.optimizer and rl.optimizer must both set or both unset max_grad_norm"
     )
   rl_loss = rl_loss_config(config)
+  estimator = estimators.from_config(config.estimator)  # tried on a probe
   advantage_scale(config)  # a bad mode or decay fails here, before SFT
   advantage_scale_decay(config)
   critic_config = None
@@ -397,7 +436,7 @@ def setup(config, workdir: str, record: bool = True) -> Run:
     list(pool.split("test")),
     task_sampler,
     stack,
-    estimators.from_config(config.estimator),
+    estimator,
     rollout,
     checkpointer,
     writer,

@@ -169,6 +169,12 @@ def test_fifo_evicts_oldest_and_samples_uniformly():
   assert all(abs(counts[i] / 3000 - 1 / 3) < 0.04 for i in (2, 3, 4))
 
 
+def test_replay_refuses_non_finite_priority_settings():
+  for alpha, eps in ((math.nan, 1e-3), (math.inf, 1e-3), (1.0, math.nan)):
+    with pytest.raises(ValueError, match="need alpha >= 0 and eps > 0"):
+      ReplayBuffer(4, mode="prioritized", alpha=alpha, eps=eps)
+
+
 def test_priorities_golden():
   buf = ReplayBuffer(10, mode="prioritized", alpha=2.0, half_life=2.0, eps=0.5)
   buf.add([traj(0, 0.0, i) for i in range(3)], advantages=[0.0, 1.5, -0.5])

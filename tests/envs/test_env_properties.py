@@ -134,6 +134,16 @@ def test_reset_with_same_seed_replays_the_same_episode(index, seed, actions):
   assert play() == play()
 
 
+@pytest.mark.parametrize("name", ["sokoban", "frozenlake"])
+@pytest.mark.parametrize("option", ["max_steps", "max_actions_per_turn"])
+@pytest.mark.parametrize("value", [0, -1, 2.0, True])
+def test_grid_envs_refuse_an_empty_or_non_int_budget(name, option, value):
+  """0 ended every episode at its first move (budget exhausted)."""
+  with pytest.raises(ValueError, match=f"{option} must be an int >= 1"):
+    envs.make(name, **{option: value})
+  envs.make(name, **{option: 1})
+
+
 @pytest.mark.parametrize("index", range(len(ENVS)), ids=IDS)
 def test_generated_tasks_are_seed_deterministic(index):
   name, options, _ = ENVS[index]

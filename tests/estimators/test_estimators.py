@@ -676,6 +676,49 @@ def test_registry_and_config_select_by_name():
     E.register("test_double_reward")(double)
 
 
+@pytest.mark.parametrize(
+  "cfg,match",
+  [
+    ({"name": "gigpo", "gama": 0.9}, "unexpected keyword argument 'gama'"),
+    ({"name": "gigpo", "mode": "bogus"}, "mode must be one of"),
+    ({"name": "gigpo", "gamma": 1.5}, "gamma must be a finite number in"),
+    ({"name": "gigpo", "omega": float("nan")}, "omega must be a finite"),
+    ({"name": "turn_discounted", "gamma": float("nan")}, "gamma"),
+    ({"name": "turn_discounted", "gamma": True}, "gamma"),
+    ({"name": "prm_weighted", "beta": float("inf")}, "beta"),
+    ({"name": "grpo", "eps": -1e-6}, "eps"),
+    ({"name": "reinforce_pp", "eps": float("nan")}, "eps"),
+    ({"name": "raft", "threshold": float("nan")}, "threshold"),
+    ({"name": "rloo", "singleton": "none"}, "singleton"),
+    ({"name": "gae", "lam": 2.0}, "gamma and lam"),
+  ],
+)
+def test_from_config_refuses_bad_hparams_when_read(cfg, match):
+  """A typo, a bad choice or a number out of range fails when the config is
+  read (the loop's setup), naming the estimator, not at the first RL step."""
+  with pytest.raises(E.EstimatorConfigError, match=match) as info:
+    E.from_config(cfg)
+  assert repr(cfg["name"]) in str(info.value)
+
+
+def test_from_config_refuses_an_estimator_that_returns_non_finite():
+  @E.register("test_scaled_reward")
+  def scaled(batch, *, k=1.0):
+    return k * batch.turn_reward_BxT * batch.turn_mask_BxT
+
+  E.from_config({"name": "test_scaled_reward", "k": 2.0})
+  with pytest.raises(E.EstimatorConfigError, match="non-finite"):
+    E.from_config({"name": "test_scaled_reward", "k": float("inf")})
+
+
+def test_check_number():
+  E.common.check_number("x", 0.0, 0.0, 1.0)
+  E.common.check_number("x", np.float32(0.5), 0.0, 1.0)
+  for bad in (float("nan"), float("inf"), -0.1, 1.1, True, "0.5", None):
+    with pytest.raises(ValueError, match="x must be a finite number"):
+      E.common.check_number("x", bad, 0.0, 1.0)
+
+
 def test_outcome_estimators_can_rank_by_return():
   """score="return" feeds GRPO-family estimators the summed turn rewards
   (shaping and penalties) instead of the 0/1 outcome."""

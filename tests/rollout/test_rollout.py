@@ -512,6 +512,12 @@ def test_config_and_sampler_checks(model, tokenizer):
     RolloutConfig(protocol="xml")
   with pytest.raises(ValueError, match="divide"):
     make_samplers(model, num_slots=3, max_len=32, num_samplers=2)
+  for n in (0, 1.0):  # 0 was a ZeroDivisionError
+    with pytest.raises(ValueError, match="num_samplers must be an int >= 1"):
+      make_samplers(model, num_slots=4, max_len=32, num_samplers=n)
+  for t in (math.nan, math.inf, -0.5):
+    with pytest.raises(ValueError, match="temperature must be a finite"):
+      RolloutConfig(temperature=t)
   cfg = RolloutConfig.from_mapping(
     {"group_size": 3, "stop_tags": ["</answer>"]}
   )

@@ -101,6 +101,15 @@ def test_bad_critic_configs_are_named_errors():
     cr.CriticConfig.from_dict({"value_scale": 0.0})
   with pytest.raises(cr.CriticConfigError, match="value_clip"):
     cr.CriticConfig(value_clip=-0.1)
+  # NaN passes every `<` bound, so each is refused by name.
+  with pytest.raises(cr.CriticConfigError, match="value_clip"):
+    cr.CriticConfig(value_clip=float("nan"))
+  with pytest.raises(cr.CriticConfigError, match="value_scale"):
+    cr.CriticConfig(value_scale=float("inf"))
+  with pytest.raises(cr.CriticConfigError, match="epochs"):
+    cr.CriticConfig(epochs=1.5)
+  with pytest.raises(cr.CriticConfigError, match="warmup_steps"):
+    cr.CriticConfig(warmup_steps=-1)
   cfg = cr.CriticConfig.from_dict(
     {"optimizer": {"learning_rate": 0.01}, "epochs": 2}
   )

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from tensorboard.backend.event_processing import event_accumulator
 
-from agentic_rl import losses, machine, models
+from agentic_rl import estimators, losses, machine, models, rewards
 from agentic_rl import sharding as shd
 from agentic_rl.data import pool as pool_lib
 from agentic_rl.data import trajectory_io
@@ -983,6 +983,60 @@ def test_bad_sizes_are_named_errors_before_any_work(field, value, tmp_path):
   with pytest.raises(loop.ConfigSizeError, match=rf"config\.{field}={value}"):
     loop.setup(config, str(tmp_path / "run"), record=False)
   assert not (tmp_path / "run").exists()  # nothing written
+
+
+@pytest.mark.parametrize(
+  "field, value, error, match",
+  [
+    # Before: a pack error at the first trajectory longer than 128 tokens.
+    ("length_buckets", [128], loop.ConfigSizeError, "largest is shorter"),
+    # Before: a ZeroDivisionError in the first evaluation, after the SFT.
+    ("tasks.eval_counts", [0], loop.ConfigSizeError, "no task to evaluate"),
+  ],
+)
+def test_context_and_held_out_sizes_fail_before_any_work(
+  field, value, error, match, tmp_path
+):
+  config = _config(2)
+  section, _, name = field.rpartition(".")
+  (config[section] if section else config)[name] = value
+  with pytest.raises(error, match=match):
+    loop.setup(config, str(tmp_path / "run"), record=False)
+  assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+  "field, value, error, match",
+  [
+    # Each of these set up and ran before: the typo and the NaNs until the
+    # first RL step (a TypeError, or NaN advantages, losses or samples),
+    # the NaN threshold and the empty budget for the whole run (nothing
+    # ever succeeds).
+    ("estimator.gama", 0.9, estimators.EstimatorConfigError, "'gama'"),
+    ("estimator.gamma", math.nan, estimators.EstimatorConfigError, "gamma"),
+    ("rollout.temperature", math.nan, ValueError, "temperature"),
+    ("loss.kl_coef", math.nan, losses.LossConfigError, "kl_coef"),
+    (
+      "rewards.verifier.success_threshold",
+      math.nan,
+      rewards.NonFiniteRewardError,
+      "success_threshold",
+    ),
+    ("env.options.max_steps", 0, ValueError, "max_steps"),
+    ("sampler.num_samplers", 0, ValueError, "num_samplers"),
+  ],
+)
+def test_bad_settings_are_named_errors_in_setup(
+  field, value, error, match, tmp_path
+):
+  config = _config(2)
+  *sections, name = field.split(".")
+  where = config
+  for section in sections:
+    where = where[section]
+  where[name] = value
+  with pytest.raises(error, match=match):
+    loop.setup(config, str(tmp_path / "run"), record=False)
 
 
 def test_check_sizes_reads_ints_and_the_offline_stage_only_when_it_runs():
