@@ -285,6 +285,11 @@ def setup(config, workdir: str, record: bool = True) -> Run:
   workdir = pathlib.Path(workdir)
   workdir.mkdir(parents=True, exist_ok=True)
   primary = shd.is_primary()  # the one writer of the run's files
+  checkpointer = Checkpointer(
+    str(workdir / "checkpoints"), max_to_keep=config.checkpoint_keep
+  )
+  if checkpointer.latest_step() is not None:  # before config.json is rewritten
+    check_resume(config, workdir)
   if primary:
     (workdir / "config.json").write_text(config.to_json_best_effort(indent=2))
   tokenizer = build_env_tokenizer()
@@ -343,9 +348,6 @@ def setup(config, workdir: str, record: bool = True) -> Run:
     env_factory_from_options({config.env.name: dict(config.env.options)}),
     stack,
     RolloutConfig.from_mapping(config.rollout),
-  )
-  checkpointer = Checkpointer(
-    str(workdir / "checkpoints"), max_to_keep=config.checkpoint_keep
   )
   host = {
     "phase": "sft",
@@ -769,6 +771,71 @@ def warm_start_mismatch(
     if a != b:
       return field, a, b
   return None
+
+
+class ResumeConfigError(ValueError):
+  """A run with checkpoints is launched again with a config that differs
+  from the one it began with (its config.json)."""
+
+
+# What a resumed run may change: how long it runs; how often it evaluates,
+# logs and saves; the mesh it runs on; and settings of speed and memory, not
+# of what is computed. `init_from` is read only by a run without
+# checkpoints, so a moved stage does not stop its runs from resuming.
+RESUME_MAY_CHANGE = (
+  "rl.steps", "eval_every", "log_every", "checkpoint_every",
+  "checkpoint_keep", "mesh", "init_from", "model.remat", "model.logits_chunk",
+  "sampler.kernels_out_first", "rollout.pipeline", "rollout.env_workers",
+)  # fmt: skip
+
+
+def _leaves(tree: Any, prefix: str = "") -> dict[str, Any]:
+  """A config as JSON, flattened to {dotted field: value}."""
+  if not isinstance(tree, dict) or not tree:
+    return {prefix: tree}
+  out = {}
+  for k, v in tree.items():
+    out.update(_leaves(v, f"{prefix}.{k}" if prefix else k))
+  return out
+
+
+def resume_mismatch(
+  theirs: dict[str, Any], ours: dict[str, Any]
+) -> list[tuple[str, Any, Any]]:
+  """(field, their value, our value) for every field on which the config a
+  run began with (`theirs`, as JSON) and this launch's differ, except those
+  under `RESUME_MAY_CHANGE` and those only one of them has (a field added
+  to the code after the run began reads as absent in its config.json)."""
+  a, b = _leaves(theirs), _leaves(ours)
+  return [
+    (field, a[field], b[field])
+    for field in sorted(a.keys() & b.keys())
+    if a[field] != b[field]
+    and not any(
+      field == f or field.startswith(f + ".") for f in RESUME_MAY_CHANGE
+    )
+  ]
+
+
+def check_resume(config, workdir: pathlib.Path) -> None:
+  """`ResumeConfigError` if `workdir` holds a run begun with another config:
+  resuming would continue its checkpoint under settings it did not start
+  with, and config.json would be rewritten to claim the new ones for all
+  of it. A run whose config.json is missing (or unseen by this process) is
+  resumed as before."""
+  try:
+    theirs = _config_json(workdir)
+  except FileNotFoundError:
+    return
+  diffs = resume_mismatch(theirs, json.loads(config.to_json_best_effort()))
+  if diffs:
+    shown = "; ".join(f"config.{f}: {a!r} -> {b!r}" for f, a, b in diffs[:5])
+    more = f" (and {len(diffs) - 5} more)" if len(diffs) > 5 else ""
+    raise ResumeConfigError(
+      f"{workdir} holds a run begun with another config: {shown}{more}. "
+      "Resume it with its own config (its config.json), or train the new "
+      "config in a new workdir (from the same SFT stage: config.init_from)"
+    )
 
 
 def _restore_latest(src: pathlib.Path, abstract, layout, missing: Exception):

@@ -162,6 +162,36 @@ def test_resume_continues_exactly(straight, tmp_path):
     "tokens_per_episode",
   ):
     assert a[key] == b[key], key
+  # Launched again with another estimator, the run is refused by name;
+  # before, setup rewrote config.json and went on from GiGPO's checkpoint.
+  before = (tmp_path / "config.json").read_text()
+  with pytest.raises(
+    loop.ResumeConfigError, match=r"config\.estimator\.name: 'gigpo' -> 'grpo'"
+  ):
+    loop.setup(_config(2, "grpo"), str(tmp_path), record=False)
+  assert (tmp_path / "config.json").read_text() == before
+
+
+def test_resume_mismatch_lets_length_and_speed_settings_change():
+  ours = json.loads(_config(2).to_json_best_effort())
+  theirs = json.loads(_config(2).to_json_best_effort())
+  assert loop.resume_mismatch(theirs, ours) == []
+  ours["rl"]["steps"] = 5  # a longer run
+  ours["eval_every"] = 3
+  ours["mesh"]["shape"] = [2, 1, 1]
+  ours["model"]["remat"] = "full"
+  ours["sampler"]["kernels_out_first"] = True
+  ours["init_from"] = "/moved/stage"
+  ours["a_field_added_later"] = 1  # absent from an older config.json
+  del theirs["rollout"]["pipeline"]
+  assert loop.resume_mismatch(theirs, ours) == []
+  ours["rl"]["optimizer"]["learning_rate"] = 0.5
+  ours["rollout"]["temperature"] = 0.7
+  lr = theirs["rl"]["optimizer"]["learning_rate"]
+  assert loop.resume_mismatch(theirs, ours) == [
+    ("rl.optimizer.learning_rate", lr, 0.5),
+    ("rollout.temperature", theirs["rollout"]["temperature"], 0.7),
+  ]
 
 
 @pytest.fixture(scope="module")
