@@ -368,7 +368,7 @@ class PolicyLossConfig:
         continue  # no dual clip
       # clip_high = inf is a one-sided clip; NaN or inf elsewhere poisons
       # every loss (a NaN compares False with every bound below).
-      if not _is_number(value, allow_inf=name == "clip_high"):
+      if not is_real(value, allow_inf=name == "clip_high"):
         raise LossConfigError(f"{name} must be a real number, got {value!r}")
     if self.pg_coef < 0.0 or self.teacher_coef < 0.0:
       raise LossConfigError(
@@ -737,8 +737,9 @@ def dpo_loss(
 # Distillation: token-level divergence from a teacher's distributions.
 
 
-def _is_number(value, allow_inf: bool = False) -> bool:
-  """A real number (not a bool), finite unless `allow_inf`; never NaN."""
+def is_real(value, allow_inf: bool = False) -> bool:
+  """A real number (not a bool), finite unless `allow_inf`; never NaN: what
+  a loss setting must be (NaN compares False with every bound)."""
   if isinstance(value, bool) or not isinstance(value, numbers.Real):
     return False
   return not math.isnan(value) and (allow_inf or math.isfinite(value))
@@ -748,17 +749,17 @@ def check_divergence(kind: str, temperature: float, beta: float) -> None:
   """Raises `LossConfigError` for settings `token_divergence` rejects."""
   if kind not in DIVERGENCES:
     raise LossConfigError(f"unknown divergence {kind!r}; one of {DIVERGENCES}")
-  if not _is_number(temperature) or temperature <= 0:
+  if not is_real(temperature) or temperature <= 0:
     raise LossConfigError(
       f"temperature must be a finite number > 0, got {temperature}"
     )
-  if kind == "jsd" and not (_is_number(beta) and 0.0 < beta < 1.0):
+  if kind == "jsd" and not (is_real(beta) and 0.0 < beta < 1.0):
     raise LossConfigError(f"jsd beta must be in (0, 1), got {beta}")
 
 
 def check_distill_coefs(kd_coef: float, sft_coef: float) -> None:
   """Raises `LossConfigError` unless both are finite, >= 0 and not both 0."""
-  finite = _is_number(kd_coef) and _is_number(sft_coef)
+  finite = is_real(kd_coef) and is_real(sft_coef)
   if not finite or kd_coef < 0 or sft_coef < 0 or kd_coef + sft_coef <= 0:
     raise LossConfigError(
       f"kd_coef ({kd_coef}) and sft_coef ({sft_coef}) must be >= 0 and not "

@@ -427,6 +427,25 @@ def run_config(run: RunSpec) -> dict[str, Any]:
   return json.loads(values.config.to_json_best_effort())
 
 
+def check_runs(runs: Sequence[RunSpec]) -> None:
+  """`loop.check_config` on every run's config, before any is launched, so
+  a bad setting in a sweep's last arm fails now rather than after the runs
+  before it. Raises SweepSpecError naming each run that fails, and why."""
+  from agentic_rl.train import loop  # imports jax: only when asked
+
+  bad = []
+  for run in runs:
+    try:
+      loop.check_config(ml_collections.ConfigDict(run_config(run)))
+    except (ValueError, KeyError, TypeError) as e:
+      bad.append(f"{run.name}: {type(e).__name__}: {e}")
+  if bad:
+    raise SweepSpecError(
+      f"{len(bad)} of {len(runs)} runs have configs that would fail at "
+      "setup:\n  " + "\n  ".join(bad)
+    )
+
+
 def adopt_stages(
   runs: Sequence[RunSpec],
   root: str | os.PathLike,

@@ -14,6 +14,9 @@ process per host; the README's "On a mesh, and on several hosts").
 `--stages_from=<root>` copies the finished SFT stages this sweep needs
 from another root of the same recipe (checked field by field, see
 `sweeps.adopt_stages`) instead of training them again.
+Every run still to do has its config checked first (`sweeps.check_runs`:
+the checks `loop.setup` makes before it builds anything), so a bad
+setting in any run stops the sweep before it launches one.
 `--only` runs the subset whose names match any of the glob patterns (and
 the shared SFT stages they start from); the manifest still lists every run,
 so the report marks the rest unfinished. The manifest `<root>/sweep.json`
@@ -84,6 +87,7 @@ def main(argv: list[str]) -> int:
     ):
       print(f"{outcome:>28}  {name}", flush=True)
   todo = sweeps.unfinished(chosen, _ROOT.value)
+  sweeps.check_runs(todo)  # every config, before any run is launched
   if _PRINT.value:
     for run in todo:
       print(

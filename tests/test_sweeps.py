@@ -392,6 +392,30 @@ def test_an_arm_is_a_variant_with_its_own_overrides():
   assert losses.PolicyLossConfig(**config.loss).ratio_level == "turn"
 
 
+def test_check_runs_names_every_run_whose_config_setup_would_refuse():
+  """A bad setting in one arm stops the sweep before any run is launched
+  (before, the runs ahead of it trained first, and it failed at setup)."""
+  sweep = _tiny_sweep(
+    estimators=("grpo", "gigpo", "gigpo_far"),
+    arms={
+      "gigpo_far": {
+        "variant": "gigpo",
+        "overrides": {"estimator": {"gamma": 1.5}},
+      }
+    },
+  )
+  runs = sweeps.expand(sweep)
+  good = [r for r in runs if r.estimator != "gigpo_far"]
+  sweeps.check_runs(good)
+  with pytest.raises(sweeps.SweepSpecError, match="2 of 6 runs") as info:
+    sweeps.check_runs(runs)
+  message = str(info.value)
+  for seed in (0, 1):
+    assert f"sokoban/gigpo_far/seed{seed}: EstimatorConfigError" in message
+  assert "gamma must be a finite number in [0.0, 1.0], got 1.5" in message
+  assert "sokoban/gigpo/seed0" not in message
+
+
 def _runs_by_name(config_path: str) -> dict:
   return {
     r.name: r for r in sweeps.expand(sweeps.load_config(config_path).sweep)

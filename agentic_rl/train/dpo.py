@@ -57,6 +57,12 @@ class DpoConfig:
   sft_coef: float = 0.0
 
   def __post_init__(self):
+    for name in ("beta", "label_smoothing", "sft_coef"):
+      value = getattr(self, name)
+      if not losses.is_real(value):
+        raise losses.LossConfigError(
+          f"DPO {name} must be a real number: {value!r}"
+        )
     if self.beta <= 0:
       raise losses.LossConfigError(f"DPO beta must be > 0: {self.beta}")
     if not 0.0 <= self.label_smoothing < 0.5:

@@ -64,7 +64,7 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from agentic_rl import estimators, losses, machine, report, rewards
+from agentic_rl import envs, estimators, losses, machine, report, rewards
 from agentic_rl import sharding as shd
 from agentic_rl.data import packing, trajectory_io
 from agentic_rl.data.curriculum import SuccessRateCurriculum
@@ -87,6 +87,7 @@ from agentic_rl.rollout import evaluate as evaluate_policy
 from agentic_rl.rollout.demos import expert_trajectories
 from agentic_rl.rollout.metrics import all_alike, by_group, episode_return
 from agentic_rl.rollout.rejection import (
+  PAIR_MODES,
   RejectionConfig,
   preference_pairs,
   rejection_sample,
@@ -274,6 +275,70 @@ def check_context_sizes(config) -> None:
     )
 
 
+def check_config(config) -> None:
+  """Every check of `config` that needs no model, task pool or device:
+  sizes, optimizers, loss, estimator (tried on a probe batch), advantage
+  scale, critic, distillation, rollout, rewards, the environment's options
+  (one is built), dynamic sampling, curriculum, replay and the offline
+  stage. Each raises its component's named error. `setup` calls it before
+  anything is built or written; a sweep calls it on every run before it
+  launches one (`sweeps.check_runs`)."""
+  check_sizes(config)
+  sft_opt = sft_optimizer(config.sft)
+  rl_opt = rl_optimizer(config)
+  if (sft_opt.max_grad_norm is None) != (rl_opt.max_grad_norm is None):
+    # Both phases share one checkpointed optimizer-state structure.
+    raise ValueError(
+      "sft.optimizer and rl.optimizer must both set or both unset max_grad_norm"
+    )
+  rl_loss_config(config)
+  estimators.from_config(config.estimator)
+  advantage_scale(config)
+  advantage_scale_decay(config)
+  if estimators.uses_values(config.estimator.name):
+    critic_lib.CriticConfig.from_dict(_section(config, "critic"))
+  if _section(config, "distill").get("teacher"):
+    distill_lib.DistillConfig.from_dict(
+      _section(config, "distill"), DISTILL_LOOP_KEYS
+    )
+  rollout = RolloutConfig.from_mapping(config.rollout)
+  rewards.from_config(config.rewards)
+  envs.make(config.env.name, **dict(config.env.options))
+  dynamic_sampling_config(config)
+  curriculum = _section(config, "curriculum")
+  if curriculum:
+    check_known_keys(CURRICULUM_KEYS, curriculum, "curriculum", ValueError)
+    trained = [
+      d
+      for d, n in zip(
+        config.tasks.difficulties, config.tasks.train_counts, strict=False
+      )
+      if n
+    ]
+    SuccessRateCurriculum(trained, **curriculum)
+  make_replay(config, {"rl_step": 0})
+  check_offline(config, rollout)
+
+
+def check_offline(config, rollout: RolloutConfig) -> None:
+  """The offline stage's settings, when it runs (`offline.dpo_steps` > 0):
+  before, a bad one failed after the cold start and the stage's sampling."""
+  cfg = _section(config, "offline")
+  if not cfg.get("dpo_steps"):
+    return
+  if cfg["pair_by"] not in PAIR_MODES:
+    raise OfflineError(
+      f"offline.pair_by={cfg['pair_by']!r}: expected one of {PAIR_MODES}"
+    )
+  rollout.replace(temperature=cfg["rollout_temperature"])
+  OptimizerConfig.from_dict(
+    {**dict(config.sft.optimizer), "learning_rate": cfg["learning_rate"]}
+  )
+  dpo_lib.DpoConfig(
+    cfg["beta"], cfg["label_smoothing"], cfg.get("sft_coef", 0.0)
+  )
+
+
 def setup(config, workdir: str, record: bool = True) -> Run:
   """Builds every component and restores the latest checkpoint, if any.
 
@@ -281,7 +346,7 @@ def setup(config, workdir: str, record: bool = True) -> Run:
   record (`record_machine`, which measures `machine.numerics_probe`: 15-30
   s on a 2-core CPU); a scratch run, which trains nothing, skips it.
   """
-  check_sizes(config)
+  check_config(config)
   workdir = pathlib.Path(workdir)
   workdir.mkdir(parents=True, exist_ok=True)
   primary = shd.is_primary()  # the one writer of the run's files
@@ -297,23 +362,12 @@ def setup(config, workdir: str, record: bool = True) -> Run:
   mesh = shd.make_mesh(tuple(config.mesh.shape))
   sft_opt = sft_optimizer(config.sft)
   rl_opt = rl_optimizer(config)
-  if (sft_opt.max_grad_norm is None) != (rl_opt.max_grad_norm is None):
-    # Both phases share one checkpointed optimizer-state structure.
-    raise ValueError(
-      "sft.optimizer and rl.optimizer must both set or both unset max_grad_norm"
-    )
   rl_loss = rl_loss_config(config)
-  estimator = estimators.from_config(config.estimator)  # tried on a probe
-  advantage_scale(config)  # a bad mode or decay fails here, before SFT
-  advantage_scale_decay(config)
+  estimator = estimators.from_config(config.estimator)
   critic_config = None
   if estimators.uses_values(config.estimator.name):
     critic_config = critic_lib.CriticConfig.from_dict(
       _section(config, "critic")
-    )
-  if _section(config, "distill").get("teacher"):  # fail before any work
-    distill_lib.DistillConfig.from_dict(
-      _section(config, "distill"), DISTILL_LOOP_KEYS
     )
   teacher, t_shardings, t_info = rl_teacher(config, rl_loss, mesh)
   state, layout = create_train_state(
@@ -383,7 +437,6 @@ def setup(config, workdir: str, record: bool = True) -> Run:
   curriculum = make_curriculum(config, task_sampler, host)
   replay = make_replay(config, host)
   check_scale_state(config, host)
-  dynamic_sampling_config(config)  # a bad section fails before any work
   if t_info:
     host["rl_teacher"] = t_info
   writer = MetricWriter(  # the other processes log nothing

@@ -1069,6 +1069,29 @@ def test_bad_settings_are_named_errors_in_setup(
     loop.setup(config, str(tmp_path / "run"), record=False)
 
 
+def test_check_config_reads_the_offline_stage_only_when_it_runs():
+  """Before, a bad offline setting failed after the cold start (and, for
+  the learning rate and DPO's beta, after the stage's sampling too)."""
+  config = _config(2)
+  config.offline.pair_by = "best"
+  config.offline.rollout_temperature = math.nan
+  loop.check_config(config)  # the stage is off: unread
+  config.offline.dpo_steps = 2
+  with pytest.raises(loop.OfflineError, match="pair_by='best'"):
+    loop.check_config(config)
+  config.offline.pair_by = "return"
+  with pytest.raises(ValueError, match="temperature must be a finite"):
+    loop.check_config(config)
+  config.offline.rollout_temperature = 1.0
+  config.offline.beta = math.nan
+  with pytest.raises(losses.LossConfigError, match="DPO beta"):
+    loop.check_config(config)
+  config.offline.beta = 0.1
+  config.offline.learning_rate = -1.0
+  with pytest.raises(ValueError, match="learning_rate"):
+    loop.check_config(config)
+
+
 def test_check_sizes_reads_ints_and_the_offline_stage_only_when_it_runs():
   loop.check_sizes(_config(2))  # every shipped field as it is
   raw = _config(2).to_dict()
