@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
+import shutil
 from typing import Any
 
 import jax
@@ -27,6 +29,11 @@ from agentic_rl.train.state import Layout, TrainState, with_shardings
 
 class CheckpointNotFoundError(FileNotFoundError):
   """No checkpoint for the requested step in the directory."""
+
+
+class CheckpointUnreadableError(RuntimeError):
+  """A run's newest checkpoint cannot be read back, and no older one can
+  stand in for it (see `restore_readable`)."""
 
 
 def _to_saveable(state: TrainState) -> TrainState:
@@ -142,6 +149,21 @@ class Checkpointer:
     state = saved.replace(rng=jax.device_put(rng, layout.state.rng))
     return state, dict(restored.host)
 
+  def set_aside(self, step: int, why: str) -> pathlib.Path:
+    """Moves checkpoint `step` out of the run's checkpoints, whole, to
+    `<directory>_unreadable/<step>` with `why` in `why.txt`, and forgets
+    it: kept for inspection, never restored or overwritten."""
+    self.wait()
+    aside = pathlib.Path(self.directory + "_unreadable")
+    aside.mkdir(exist_ok=True)
+    dst, n = aside / str(step), 1
+    while dst.exists():  # set aside before, at the same step
+      dst, n = aside / f"{step}.{n}", n + 1
+    shutil.move(os.path.join(self.directory, str(step)), dst)
+    (dst / "why.txt").write_text(why)
+    self._manager.reload()
+    return dst
+
   def wait(self) -> None:
     """Blocks until pending asynchronous saves are on disk."""
     self._manager.wait_until_finished()
@@ -155,6 +177,50 @@ class Checkpointer:
 
   def __exit__(self, *exc) -> None:
     self.close()
+
+
+def restore_readable(
+  checkpointer: Checkpointer,
+  abstract_state: TrainState,
+  layout: Layout,
+  single_process: bool = True,
+) -> tuple[TrainState, dict[str, Any]]:
+  """(state, host) of the newest checkpoint, or of the one before it when
+  the newest cannot be read back (a file truncated by a crash) and that
+  one can: the newest is then set aside (`Checkpointer.set_aside`) and the
+  run redoes the steps after the older one, as after any kill. When the
+  older one fails too (the code no longer reads this run's checkpoints,
+  say), or there is none, or the run has several processes (each would
+  move the same files), nothing is moved and `CheckpointUnreadableError`
+  names the newest step and the error."""
+  steps = sorted(checkpointer.all_steps())
+  newest = steps[-1]
+  try:
+    return checkpointer.restore(abstract_state, layout, newest)
+  except Exception as e:  # any failure to read it back
+    error = e
+  where = f"checkpoint {newest} in {checkpointer.directory}"
+  why = f"{type(error).__name__}: {error}"
+  if len(steps) < 2 or not single_process:
+    raise CheckpointUnreadableError(
+      f"{where} cannot be read back ({why[:500]}); no older checkpoint is "
+      "tried (there is none, or the run has several processes): move it "
+      "aside by hand to resume from the one before it"
+    ) from error
+  try:
+    restored = checkpointer.restore(abstract_state, layout, steps[-2])
+  except Exception as older:
+    raise CheckpointUnreadableError(
+      f"{where} cannot be read back ({why[:500]}), nor can checkpoint "
+      f"{steps[-2]} ({type(older).__name__}); nothing was moved"
+    ) from error
+  aside = checkpointer.set_aside(newest, why)
+  print(
+    f"{where} cannot be read back ({type(error).__name__}); set aside in "
+    f"{aside}; resuming from checkpoint {steps[-2]}",
+    flush=True,
+  )
+  return restored
 
 
 def _to_saveable_abstract(shapes: TrainState) -> TrainState:

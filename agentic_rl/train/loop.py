@@ -97,7 +97,7 @@ from agentic_rl.train import critic as critic_lib
 from agentic_rl.train import distill as distill_lib
 from agentic_rl.train import dpo as dpo_lib
 from agentic_rl.train import step as step_lib
-from agentic_rl.train.checkpoint import Checkpointer
+from agentic_rl.train.checkpoint import Checkpointer, restore_readable
 from agentic_rl.train.logging import MetricWriter, log_mark, set_aside_after
 from agentic_rl.train.sft import make_sft_step
 from agentic_rl.train.state import (
@@ -413,7 +413,9 @@ def setup(config, workdir: str, record: bool = True) -> Run:
   warm = checkpointer.latest_step() is None and bool(config.get("init_from"))
   logged = {}  # where the logs are cut back to: all of them from scratch
   if checkpointer.latest_step() is not None:
-    state, host = checkpointer.restore(state, layout)
+    state, host = restore_readable(
+      checkpointer, state, layout, jax.process_count() == 1
+    )
     if checkpointer.latest_step() != host["rl_step"]:
       # Before 2026-12-03 run checkpoints were keyed by optimizer step: new
       # saves (by RL step) would sort below the old ones and be lost.

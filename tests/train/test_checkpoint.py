@@ -72,6 +72,66 @@ def test_delete_frees_a_step_for_a_new_save(tmp_path):
     assert mgr.all_steps() == [3, 4]
 
 
+# A failed tensorstore read resolves a future after orbax's event loop has
+# closed, which Python reports as an ignored "Event loop is closed".
+UNREADABLE = pytest.mark.filterwarnings(
+  "ignore::pytest.PytestUnraisableExceptionWarning"
+)
+
+
+def _truncate_arrays(directory, step):
+  """What a crash of the disk or host can leave: the array files empty."""
+  files = list((directory / str(step) / "state" / "d").iterdir())
+  assert files
+  for f in files:
+    f.write_bytes(b"")
+
+
+@UNREADABLE
+def test_an_unreadable_newest_checkpoint_is_set_aside(tmp_path, rl_setup):
+  ckpts = tmp_path / "checkpoints"
+  with ck.Checkpointer(str(ckpts), async_save=False) as mgr:
+    state, _ = rl_setup.step_fn(fresh_state(), rl_setup.inputs)
+    mgr.save(state, {"rl_step": 1}, step=1)
+    older, _ = mgr.restore(fresh_state(), rl_setup.layout, 1)
+    newer, _ = rl_setup.step_fn(state, rl_setup.inputs)  # donates `state`
+    mgr.save(newer, {"rl_step": 2}, step=2)
+    state, host = ck.restore_readable(mgr, fresh_state(), rl_setup.layout)
+    _assert_identical(state, newer)  # readable: the newest, nothing moved
+    assert host == {"rl_step": 2} and mgr.all_steps() == [1, 2]
+    _truncate_arrays(ckpts, 2)
+    with pytest.raises(ck.CheckpointUnreadableError, match="several"):
+      ck.restore_readable(mgr, fresh_state(), rl_setup.layout, False)
+    assert mgr.all_steps() == [1, 2]  # a multi-process run moves nothing
+    state, host = ck.restore_readable(mgr, fresh_state(), rl_setup.layout)
+    _assert_identical(state, older)
+    assert host == {"rl_step": 1} and mgr.all_steps() == [1]
+    aside = tmp_path / "checkpoints_unreadable" / "2"
+    assert "ValueError" in (aside / "why.txt").read_text()
+    assert (aside / "state" / "d").is_dir()  # kept whole, not deleted
+    # The step is free again: the resumed run saves its own step 2.
+    assert mgr.save(newer, {"rl_step": 2}, step=2)
+    assert mgr.all_steps() == [1, 2]
+
+
+@UNREADABLE
+def test_no_checkpoint_is_moved_when_the_older_one_fails_too(
+  tmp_path, rl_setup
+):
+  """Both unreadable (as when the code no longer reads a run's
+  checkpoints): a named error, and the files stay where they are."""
+  with ck.Checkpointer(str(tmp_path), async_save=False) as mgr:
+    mgr.save(fresh_state(), {}, step=1)
+    _truncate_arrays(tmp_path, 1)
+    with pytest.raises(ck.CheckpointUnreadableError, match="none"):
+      ck.restore_readable(mgr, fresh_state(), rl_setup.layout)
+    mgr.save(fresh_state(), {}, step=2)
+    _truncate_arrays(tmp_path, 2)
+    with pytest.raises(ck.CheckpointUnreadableError, match="nothing was"):
+      ck.restore_readable(mgr, fresh_state(), rl_setup.layout)
+    assert mgr.all_steps() == [1, 2]
+
+
 def test_errors(tmp_path, rl_setup):
   with ck.Checkpointer(str(tmp_path), async_save=False) as mgr:
     with pytest.raises(ck.CheckpointNotFoundError):
