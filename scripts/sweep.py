@@ -87,7 +87,15 @@ def main(argv: list[str]) -> int:
     ):
       print(f"{outcome:>28}  {name}", flush=True)
   todo = sweeps.unfinished(chosen, _ROOT.value)
-  sweeps.check_runs(todo)  # every config, before any run is launched
+  if todo:
+    # Checking runs an estimator on a probe batch: on the CPU, so that this
+    # process, which trains nothing, never claims the runs' accelerators
+    # (a TPU host's chips are one process's). Its children keep their own
+    # platforms: this sets no environment variable.
+    import jax
+
+    jax.config.update("jax_platforms", "cpu")
+    sweeps.check_runs(todo)  # every config, before any run is launched
   if _PRINT.value:
     for run in todo:
       print(
