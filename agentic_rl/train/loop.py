@@ -854,6 +854,12 @@ def _leaves(tree: Any, prefix: str = "") -> dict[str, Any]:
   return out
 
 
+def _at(tree: dict[str, Any], dotted: str) -> Any:
+  for part in dotted.split("."):
+    tree = tree[part]
+  return tree
+
+
 def resume_mismatch(
   theirs: dict[str, Any], ours: dict[str, Any]
 ) -> list[tuple[str, Any, Any]]:
@@ -862,11 +868,20 @@ def resume_mismatch(
   under `RESUME_MAY_CHANGE` and those only one of them has (a field added
   to the code after the run began reads as absent in its config.json)."""
   a, b = _leaves(theirs), _leaves(ours)
+  diffs = {f: (a[f], b[f]) for f in a.keys() & b.keys() if a[f] != b[f]}
+  for field in a.keys() ^ b.keys():
+    # A section switched on or off (`{}` on one side, fields on the other)
+    # is a difference at the section, not a field only one config has.
+    parts = field.split(".")
+    for i in range(1, len(parts)):
+      section = ".".join(parts[:i])
+      if section in a or section in b:
+        diffs[section] = (_at(theirs, section), _at(ours, section))
+        break
   return [
-    (field, a[field], b[field])
-    for field in sorted(a.keys() & b.keys())
-    if a[field] != b[field]
-    and not any(
+    (field, *diffs[field])
+    for field in sorted(diffs)
+    if not any(
       field == f or field.startswith(f + ".") for f in RESUME_MAY_CHANGE
     )
   ]

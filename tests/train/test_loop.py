@@ -187,8 +187,11 @@ def test_resume_mismatch_lets_length_and_speed_settings_change():
   assert loop.resume_mismatch(theirs, ours) == []
   ours["rl"]["optimizer"]["learning_rate"] = 0.5
   ours["rollout"]["temperature"] = 0.7
+  ours["dynamic_sampling"] = {"max_rounds": 3}  # switched on: {} before
   lr = theirs["rl"]["optimizer"]["learning_rate"]
+  assert theirs["dynamic_sampling"] == {}
   assert loop.resume_mismatch(theirs, ours) == [
+    ("dynamic_sampling", {}, {"max_rounds": 3}),
     ("rl.optimizer.learning_rate", lr, 0.5),
     ("rollout.temperature", theirs["rollout"]["temperature"], 0.7),
   ]
