@@ -898,6 +898,15 @@ def check_resume(config, workdir: pathlib.Path) -> None:
   except FileNotFoundError:
     return
   diffs = resume_mismatch(theirs, json.loads(config.to_json_best_effort()))
+  try:  # a cosine left at total_steps 0 spans rl.steps, which may change
+    a = rl_optimizer(ml_collections.ConfigDict(theirs))
+  except (KeyError, AttributeError, ValueError):
+    a = None  # a config.json this code cannot read that far
+  b = rl_optimizer(config)
+  if a is not None and a != b:
+    diffs.append(
+      ("rl.optimizer, as run", dataclasses.asdict(a), dataclasses.asdict(b))
+    )
   if diffs:
     shown = "; ".join(f"config.{f}: {a!r} -> {b!r}" for f, a, b in diffs[:5])
     more = f" (and {len(diffs) - 5} more)" if len(diffs) > 5 else ""

@@ -172,6 +172,19 @@ def test_resume_continues_exactly(straight, tmp_path):
   assert (tmp_path / "config.json").read_text() == before
 
 
+def test_a_longer_run_may_resume_unless_its_cosine_spans_rl_steps(tmp_path):
+  config = _config(2)
+  (tmp_path / "config.json").write_text(config.to_json_best_effort())
+  longer = _config(4)
+  loop.check_resume(longer, tmp_path)  # constant schedule: steps may grow
+  config.rl.optimizer.schedule = longer.rl.optimizer.schedule = "cosine"
+  (tmp_path / "config.json").write_text(config.to_json_best_effort())
+  # The cosine spans every RL update: 4 steps would reshape its decay.
+  with pytest.raises(loop.ResumeConfigError, match="rl.optimizer, as run"):
+    loop.check_resume(longer, tmp_path)
+  loop.check_resume(config, tmp_path)
+
+
 def test_resume_mismatch_lets_length_and_speed_settings_change():
   ours = json.loads(_config(2).to_json_best_effort())
   theirs = json.loads(_config(2).to_json_best_effort())
