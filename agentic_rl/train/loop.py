@@ -350,10 +350,7 @@ def setup(config, workdir: str, record: bool = True) -> Run:
   workdir = pathlib.Path(workdir)
   workdir.mkdir(parents=True, exist_ok=True)
   primary = shd.is_primary()  # the one writer of the run's files
-  checkpointer = Checkpointer(
-    str(workdir / "checkpoints"), max_to_keep=config.checkpoint_keep
-  )
-  if checkpointer.latest_step() is not None:  # before config.json is rewritten
+  if _has_checkpoint(workdir):  # before config.json is rewritten
     check_resume(config, workdir)
   if primary:
     (workdir / "config.json").write_text(config.to_json_best_effort(indent=2))
@@ -402,6 +399,9 @@ def setup(config, workdir: str, record: bool = True) -> Run:
     env_factory_from_options({config.env.name: dict(config.env.options)}),
     stack,
     RolloutConfig.from_mapping(config.rollout),
+  )
+  checkpointer = Checkpointer(
+    str(workdir / "checkpoints"), max_to_keep=config.checkpoint_keep
   )
   host = {
     "phase": "sft",
@@ -885,6 +885,14 @@ def resume_mismatch(
       field == f or field.startswith(f + ".") for f in RESUME_MAY_CHANGE
     )
   ]
+
+
+def _has_checkpoint(workdir: pathlib.Path) -> bool:
+  """Whether the run in `workdir` has a checkpoint (creating nothing)."""
+  if not (workdir / "checkpoints").is_dir():
+    return False
+  with Checkpointer(str(workdir / "checkpoints")) as existing:
+    return existing.latest_step() is not None
 
 
 def check_resume(config, workdir: pathlib.Path) -> None:

@@ -273,9 +273,14 @@ def test_sft_stage_then_warm_start_skips_sft(sft_stage, tmp_path):
   # It resumes from its own checkpoint, not the source, from then on.
   again = loop.train(_config(2, estimator="grpo"), str(tmp_path / "rl"))
   assert again["rl_steps"] == 2
-  # A run begun without a critic cannot grow one halfway.
+  # A run begun without a critic cannot grow one halfway: its config
+  # names another estimator, and even without its config.json to say so,
+  # it has no critic saved at its step.
   ppo = _config(3, estimator="ppo")
   ppo.init_from = str(source)
+  with pytest.raises(loop.ResumeConfigError, match="'grpo' -> 'gae'"):
+    loop.train(ppo, str(tmp_path / "rl"))
+  (tmp_path / "rl" / "config.json").unlink()
   with pytest.raises(loop.CriticError, match="RL step 2"):
     loop.train(ppo, str(tmp_path / "rl"))
 
