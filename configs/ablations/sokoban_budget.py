@@ -85,10 +85,10 @@ gigpo_long_advnorm_ema holds GiGPO's divisor in 3.35-4.63 (per-step
 0.49-7.34 on seed 1) and learns as the other two (late +0.1 and -1.1);
 over seeds 0-3 on one machine it is ahead of gigpo_long at step 90 (+4.5
 [1.7, 7.2]) but level on the late mean (0.0 [-4.2, 4.3]).
-There (seeds 0-3) gigpo_long leads grpo_long late and in AUC on every
-seed (late +1.7 [-0.1, 3.5], AUC +1.4 [1.0, 1.9], sign-test p 0.12) but
-not in the final evaluation (+0.8 [-7.9, 9.5], levels 52 / 56); the
-running divisor is ahead of grpo_long late on every seed (+3.3 [0.1,
+There (seeds 0-4) gigpo_long leads grpo_long late and in AUC on every
+seed (late +2.0 [0.5, 3.4], AUC +1.6 [1.0, 2.2], sign-test p 0.062) but
+not clearly in the final evaluation (+2.7 [-5.2, 10.5], levels 58 / 75,
+p 0.17); over seeds 0-3 the running divisor is ahead of grpo_long late on every seed (+3.3 [0.1,
 6.5]) and leaves GiGPO level with GRPO (late -1.6 [-4.3, 1.1]).
 """
 
