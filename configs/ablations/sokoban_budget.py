@@ -88,9 +88,9 @@ over seeds 0-3 on one machine it is ahead of gigpo_long at step 90 (+4.5
 There (seeds 0-4) gigpo_long leads grpo_long late and in AUC on every
 seed (late +2.0 [0.5, 3.4], AUC +1.6 [1.0, 2.2], sign-test p 0.062) but
 not clearly in the final evaluation (+2.7 [-5.2, 10.5], levels 58 / 75,
-p 0.17); over seeds 0-3 the running divisor is ahead of grpo_long late
-on every seed (+3.3 [0.1, 6.5]) and leaves GiGPO level with GRPO (late
--1.6 [-4.3, 1.1]).
+p 0.17); the running divisor is ahead of grpo_long late on every seed
+(seeds 0-4: +3.0 [0.6, 5.3]) and leaves GiGPO level with GRPO (seeds
+0-3: late -1.6 [-4.3, 1.1]).
 """
 
 import ml_collections
