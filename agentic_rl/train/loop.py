@@ -331,10 +331,24 @@ def check_offline(config, rollout: RolloutConfig) -> None:
       f"offline.pair_by={cfg['pair_by']!r}: expected one of {PAIR_MODES}"
     )
   rollout.replace(temperature=cfg["rollout_temperature"])
-  OptimizerConfig.from_dict(
-    {**dict(config.sft.optimizer), "learning_rate": cfg["learning_rate"]}
+  offline_optimizer(config, cfg)
+  offline_dpo_config(cfg)
+
+
+def offline_optimizer(config, cfg: dict[str, Any]) -> OptimizerConfig:
+  """The DPO stage's optimizer: SFT's, at `offline.learning_rate`, with a
+  constant schedule (an SFT cosine spans sft.steps)."""
+  return OptimizerConfig.from_dict(
+    {
+      **dict(config.sft.optimizer),
+      "learning_rate": cfg["learning_rate"],
+      "schedule": "constant",
+    }
   )
-  dpo_lib.DpoConfig(
+
+
+def offline_dpo_config(cfg: dict[str, Any]) -> dpo_lib.DpoConfig:
+  return dpo_lib.DpoConfig(
     cfg["beta"], cfg["label_smoothing"], cfg.get("sft_coef", 0.0)
   )
 
@@ -1499,22 +1513,14 @@ def offline_dpo(run: Run) -> None:
   )
   reference = copy_model(run.state.model)
   pairs = dpo_lib.make_pairs(reference, c_batch, r_batch)
-  opt = OptimizerConfig.from_dict(
-    {
-      **dict(run.config.sft.optimizer),
-      "learning_rate": cfg["learning_rate"],
-      "schedule": "constant",  # an SFT cosine spans sft.steps
-    }
-  )
+  opt = offline_optimizer(run.config, cfg)
   init = jax.jit(
     make_optimizer(opt).init, out_shardings=run.layout.state.opt_state
   )
   run.state = run.state.replace(opt_state=init(run.state.model.params))
   step_fn = dpo_lib.make_dpo_step(
     step_lib.StepConfig(optimizer=opt),
-    dpo_lib.DpoConfig(
-      cfg["beta"], cfg["label_smoothing"], cfg.get("sft_coef", 0.0)
-    ),
+    offline_dpo_config(cfg),
     run.layout,
   )
   stats = {

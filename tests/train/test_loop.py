@@ -1108,6 +1108,8 @@ def test_check_config_reads_the_offline_stage_only_when_it_runs():
   with pytest.raises(losses.LossConfigError, match="DPO beta"):
     loop.check_config(config)
   config.offline.beta = 0.1
+  config.sft.optimizer.schedule = "cosine"  # spans sft.steps, not DPO's
+  loop.check_config(config)
   config.offline.learning_rate = -1.0
   with pytest.raises(ValueError, match="learning_rate"):
     loop.check_config(config)
